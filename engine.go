@@ -1,0 +1,249 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultListOverlap is how far before its cursor the engine lists the
+// remote again, so that a file the remote lists late (Google Drive's
+// listings lag its writes) is still found. Already-applied files in that
+// window are skipped without being downloaded.
+const DefaultListOverlap = 15 * time.Minute
+
+// Config configures an Engine. Remote and Tables are required; every
+// other field has a working zero value.
+type Config struct {
+	// Remote is where the devices' patch files live.
+	Remote Remote
+	// Tables are the synced tables. Each needs id TEXT PRIMARY KEY and a
+	// content column holding the record as a JSON object (JSONB or
+	// text); any other column is a projection of the same-named
+	// top-level key of content, which the engine fills when it writes a
+	// row. Tables may be added or removed between Opens.
+	Tables []Table
+
+	// DeviceID names this database in file names and stamps. Empty
+	// means a random UUID, generated once and stored in the database.
+	DeviceID string
+	// Logger receives the engine's log; nil discards it.
+	Logger *slog.Logger
+	// Progress, if set, is called as a sync moves through its steps.
+	// It runs on the syncing goroutine: keep it quick.
+	Progress func(Progress)
+
+	// ListOverlap overrides DefaultListOverlap.
+	ListOverlap time.Duration
+	// MaxFileSize bounds the compressed size of a remote file
+	// (default DefaultMaxFileSize); MaxExpandedSize its uncompressed
+	// size (default DefaultMaxExpandedSize). Larger files are skipped
+	// and reported.
+	MaxFileSize, MaxExpandedSize int64
+	// TempDir holds the engine's temporary files during a sync; empty
+	// means os.TempDir().
+	TempDir string
+}
+
+// Table names one synced table.
+type Table struct {
+	Name string
+}
+
+// Progress reports how far a sync has come.
+type Progress struct {
+	Step  string // "list", "download", "upload" or "apply"
+	Done  int    // files done in this step
+	Total int    // files in this step
+}
+
+// Report says what one Sync did.
+type Report struct {
+	Downloaded []string // remote files applied, in the order applied
+	Uploaded   string   // the file uploaded, or "" if there was nothing to send
+	// ChangesReceived counts the changes applied from downloaded files;
+	// ChangesSent the changes in the uploaded file.
+	ChangesReceived, ChangesSent int
+	// Rejected lists remote files that were skipped because they are
+	// malformed, too large or of a newer format. Nothing of them was
+	// applied; the sync went on without them.
+	Rejected []FileError
+	// Unregistered counts received changes to tables this app does not
+	// register. They are kept in sync_states and reach the app's table
+	// once it registers that table.
+	Unregistered int
+	// Skipped lists local records that could not be sent, such as a
+	// content that is not a JSON object. They stay pending.
+	Skipped []RecordError
+}
+
+// FileError names a remote file and why it was rejected.
+type FileError struct {
+	Name string
+	Err  error
+}
+
+// RecordError names a local record and why it could not be synced.
+type RecordError struct {
+	Table, Record string
+	Err           error
+}
+
+// Engine syncs one database. Use one Engine per database; its methods are
+// safe for concurrent use, and concurrent Syncs run one after the other.
+type Engine struct {
+	db       *sql.DB
+	cfg      Config
+	log      *slog.Logger
+	deviceID string
+	tables   map[string]*tableInfo
+	order    []*tableInfo // registration order
+	sem      chan struct{}
+	closed   atomic.Bool
+}
+
+// Open prepares db for syncing and returns its Engine. It creates the
+// engine's tables, the device id and the capture triggers if they are
+// missing, replaces triggers of an older version, drops those of tables
+// no longer registered, and clears a sync flag a crash left set. Open is
+// idempotent; it never opens or closes db, which stays the app's.
+//
+// Rows a newly registered table already holds are marked pending, and
+// records other devices synced into that table before it was registered
+// are written into it.
+func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
+	if db == nil {
+		return nil, errors.New("drivesync: Open: db is nil")
+	}
+	if cfg.Remote == nil {
+		return nil, errors.New("drivesync: Open: Config.Remote is nil: use NewFolderRemote or a Drive remote")
+	}
+	if len(cfg.Tables) == 0 {
+		return nil, errors.New("drivesync: Open: Config.Tables is empty: name the tables to sync")
+	}
+	if cfg.DeviceID != "" {
+		if err := checkDeviceID(cfg.DeviceID); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ListOverlap <= 0 {
+		cfg.ListOverlap = DefaultListOverlap
+	}
+	if cfg.MaxFileSize <= 0 {
+		cfg.MaxFileSize = DefaultMaxFileSize
+	}
+	if cfg.MaxExpandedSize <= 0 {
+		cfg.MaxExpandedSize = DefaultMaxExpandedSize
+	}
+	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1)}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: Open: %w", err)
+	}
+	defer conn.Close()
+	for _, t := range cfg.Tables {
+		if e.tables[t.Name] != nil {
+			return nil, fmt.Errorf("drivesync: Open: table %s is registered twice", t.Name)
+		}
+		ti, err := inspectTable(ctx, conn, t)
+		if err != nil {
+			return nil, err
+		}
+		e.tables[t.Name] = ti
+		e.order = append(e.order, ti)
+	}
+	if err := beginImmediate(ctx, conn); err != nil {
+		return nil, fmt.Errorf("drivesync: Open: %w", err)
+	}
+	err = func() error {
+		id, err := installSchema(ctx, conn, cfg.DeviceID)
+		if err != nil {
+			return err
+		}
+		e.deviceID = id
+		fresh, err := installTriggers(ctx, conn, e.order)
+		if err != nil {
+			return err
+		}
+		for _, t := range fresh {
+			if err := adoptTable(ctx, conn, t); err != nil {
+				return fmt.Errorf("drivesync: Open: register table %s: %w", t.name, err)
+			}
+		}
+		_, err = conn.ExecContext(ctx, "COMMIT")
+		return err
+	}()
+	if err != nil {
+		conn.ExecContext(context.Background(), "ROLLBACK")
+		return nil, err
+	}
+	e.log.Info("drivesync: opened", "device", e.deviceID, "tables", len(e.order))
+	return e, nil
+}
+
+// adoptTable joins a newly registered table to the synced state: its rows
+// become pending (their differences from the synced state are sent at the
+// next sync), and synced records it lacks are written into it.
+func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
+	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?, id FROM %s`, quoteIdent(t.name)), t.name); err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT record_id, record_data FROM sync_states s WHERE table_name = ? AND is_deleted = 0`, t.name)
+	if err != nil {
+		return err
+	}
+	var missing [][2]string
+	for rows.Next() {
+		var id, data string
+		if err := rows.Scan(&id, &data); err != nil {
+			rows.Close()
+			return err
+		}
+		missing = append(missing, [2]string{id, data})
+	}
+	rows.Close()
+	for _, m := range missing {
+		var exists int
+		if err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE id = ?`, quoteIdent(t.name)), m[0]).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			if _, err := q.ExecContext(ctx, t.upsertSQL, m[0], m[1]); err != nil {
+				return fmt.Errorf("write record %s: %w", m[0], err)
+			}
+		}
+	}
+	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	return err
+}
+
+// DeviceID returns the id this database syncs as.
+func (e *Engine) DeviceID() string { return e.deviceID }
+
+// Close waits for a running Sync to finish and makes later Syncs fail
+// with ErrClosed. It does not close the database.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.sem <- struct{}{} // wait for a running sync
+	<-e.sem
+	return nil
+}
+
+func (e *Engine) progress(step string, done, total int) {
+	if e.cfg.Progress != nil {
+		e.cfg.Progress(Progress{Step: step, Done: done, Total: total})
+	}
+}

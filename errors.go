@@ -1,0 +1,55 @@
+package drivesync
+
+import (
+	"errors"
+	"strings"
+)
+
+// Errors the engine returns, for use with errors.Is. Each comes wrapped in
+// an *Error that says which operation, table, record or file it concerns.
+var (
+	// ErrCorruptFile marks a remote file that is not a valid patch file:
+	// not gzip, not the expected JSON, a bad table name, a wrong type. The
+	// file is skipped and reported; nothing of it is applied.
+	ErrCorruptFile = errors.New("corrupt remote file")
+	// ErrUnsupportedFormat marks a remote file written by a newer version
+	// of the library. Upgrade the app to read it.
+	ErrUnsupportedFormat = errors.New("file format is newer than this app: upgrade the app")
+	// ErrFileTooLarge marks a remote file over Config.MaxFileSize or one
+	// that expands beyond Config.MaxExpandedSize.
+	ErrFileTooLarge = errors.New("remote file too large")
+	// ErrRemote wraps a failure of the Remote (network, permissions,
+	// quota). The sync can be retried later; nothing was lost.
+	ErrRemote = errors.New("remote storage failed")
+	// ErrClosed is returned by Sync after Close.
+	ErrClosed = errors.New("engine closed")
+)
+
+// Error describes a failure of one step of a sync.
+type Error struct {
+	Op     string // the step: "open", "list", "download", "upload", "apply", ...
+	Table  string // the table concerned, if any
+	Record string // the record id concerned, if any
+	File   string // the remote file concerned, if any
+	Err    error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("drivesync: ")
+	b.WriteString(e.Op)
+	if e.File != "" {
+		b.WriteString(" " + e.File)
+	}
+	if e.Table != "" {
+		b.WriteString(" " + e.Table)
+		if e.Record != "" {
+			b.WriteString("/" + e.Record)
+		}
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }

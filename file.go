@@ -1,0 +1,379 @@
+package drivesync
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+)
+
+// A patch file is one device's changes from one sync: gzip-compressed JSON,
+// named patch_{remoteTime}_{deviceID}.json.gz under the YYYY/MM/DD folder
+// of the remote time, so names sort by the time the remote saw them:
+//
+//	{"format":1,"device":"<device id>","changes":[
+//	  {"table_name":"notes","record_id":"<id>","patch":{...},"is_deleted":false,"sync_version":124},
+//	  ...]}
+//
+// patch is an RFC 7396 merge patch against the record's last synced state;
+// a physical delete has is_deleted true and an empty patch.
+
+// patchFormat is the format version this engine writes. It reads every
+// version up to this one and refuses newer ones.
+const patchFormat = 1
+
+const nameTimeLayout = "20060102T150405.000Z"
+
+func patchFileName(at time.Time, device string) string {
+	at = at.UTC()
+	return at.Format("2006/01/02") + "/patch_" + at.Format(nameTimeLayout) + "_" + device + ".json.gz"
+}
+
+// parsePatchName returns the time and device a patch file name claims.
+func parsePatchName(name string) (at time.Time, device string, ok bool) {
+	base := path.Base(name)
+	rest, found := strings.CutPrefix(base, "patch_")
+	if !found {
+		return time.Time{}, "", false
+	}
+	rest, found = strings.CutSuffix(rest, ".json.gz")
+	if !found || len(rest) < len(nameTimeLayout)+2 || rest[len(nameTimeLayout)] != '_' {
+		return time.Time{}, "", false
+	}
+	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
+	device = rest[len(nameTimeLayout)+1:]
+	if err != nil || checkDeviceID(device) != nil {
+		return time.Time{}, "", false
+	}
+	return at, device, true
+}
+
+// fileEntry is one change in a patch file.
+type fileEntry struct {
+	Table   string          `json:"table_name"`
+	Record  string          `json:"record_id"`
+	Patch   json.RawMessage `json:"patch"`
+	Deleted bool            `json:"is_deleted"`
+	Version int64           `json:"sync_version"`
+}
+
+// patchWriter streams a patch file.
+type patchWriter struct {
+	bw  *bufio.Writer
+	gz  *gzip.Writer
+	buf []byte
+	n   int
+}
+
+func newPatchWriter(w io.Writer, device string) (*patchWriter, error) {
+	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	pw := &patchWriter{gz: gz, bw: bufio.NewWriterSize(gz, 64<<10)}
+	pw.buf = fmt.Appendf(pw.buf[:0], `{"format":%d,"device":`, patchFormat)
+	pw.buf = jsonv.AppendString(pw.buf, device)
+	pw.buf = append(pw.buf, `,"changes":[`...)
+	_, err = pw.bw.Write(pw.buf)
+	return pw, err
+}
+
+func (pw *patchWriter) add(table, record string, patch []byte, deleted bool, version int64) error {
+	b := pw.buf[:0]
+	if pw.n > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, "\n{\"table_name\":"...)
+	b = jsonv.AppendString(b, table)
+	b = append(b, `,"record_id":`...)
+	b = jsonv.AppendString(b, record)
+	b = append(b, `,"patch":`...)
+	b = append(b, patch...)
+	b = fmt.Appendf(b, `,"is_deleted":%t,"sync_version":%d}`, deleted, version)
+	pw.buf = b
+	pw.n++
+	_, err := pw.bw.Write(b)
+	return err
+}
+
+func (pw *patchWriter) close() error {
+	if _, err := pw.bw.WriteString("\n]}\n"); err != nil {
+		return err
+	}
+	if err := pw.bw.Flush(); err != nil {
+		return err
+	}
+	return pw.gz.Close()
+}
+
+// Limits on what the engine reads from a remote file. Everything on the
+// remote is untrusted: another app version, a broken sync tool or an
+// attacker with access to the folder may have written it.
+const (
+	DefaultMaxFileSize     = 64 << 20  // compressed bytes of one file
+	DefaultMaxExpandedSize = 512 << 20 // uncompressed bytes of one file
+	maxRecordIDLen         = 1024
+)
+
+var errTooLarge = errors.New("too large")
+
+// limitedReader fails once more than n bytes have been read, instead of
+// pretending the input ended as io.LimitReader does.
+type limitedReader struct {
+	r    io.Reader
+	n    int64
+	what string
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		var one [1]byte
+		if k, _ := l.r.Read(one[:]); k > 0 {
+			return 0, fmt.Errorf("%w: %s exceeds its limit", errTooLarge, l.what)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	k, err := l.r.Read(p)
+	l.n -= int64(k)
+	return k, err
+}
+
+// fileChange is a validated change, as the spool holds it.
+type fileChange struct {
+	table, record string
+	patch         []byte // canonical merge patch (nulls kept), "{}" for deletes
+	deleted       bool
+	version       int64
+	flags         uint8 // own plan only: planNoop, planRowCanonical
+}
+
+const (
+	planNoop         = 1 << 0 // pending record whose content did not change
+	planRowCanonical = 1 << 1 // the app's row already holds the canonical content
+)
+
+// decodePatchFile reads a whole patch file from r (gzip), validates every
+// change and hands each to emit. The file's device must be wantDevice (the
+// one its name claims). Nothing is emitted for a file that fails after
+// emit was called: callers spool the changes and discard the spool on
+// error, so a malformed file is never half-applied.
+func decodePatchFile(r io.Reader, wantDevice string, maxExpanded int64, emit func(fileChange) error) error {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("not gzip: %w", err)
+	}
+	defer gz.Close()
+	dec := json.NewDecoder(&limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"})
+	dec.UseNumber()
+	if err := expectDelim(dec, '{'); err != nil {
+		return err
+	}
+	var format int64
+	var device string
+	sawChanges := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "format":
+			var n json.Number
+			if err := dec.Decode(&n); err != nil {
+				return fmt.Errorf("format: %w", err)
+			}
+			if format, err = n.Int64(); err != nil || format < 1 {
+				return fmt.Errorf("format %q is not a positive integer", n)
+			}
+			if format > patchFormat {
+				return fmt.Errorf("%w: file format %d is newer than this app understands (%d): upgrade the app", ErrUnsupportedFormat, format, patchFormat)
+			}
+		case "device":
+			if err := dec.Decode(&device); err != nil {
+				return fmt.Errorf("device: %w", err)
+			}
+			if device != wantDevice {
+				return fmt.Errorf("file says device %q but its name says %q", device, wantDevice)
+			}
+		case "changes":
+			if format == 0 || device == "" {
+				return errors.New(`"format" and "device" must come before "changes"`)
+			}
+			if err := expectDelim(dec, '['); err != nil {
+				return fmt.Errorf("changes: %w", err)
+			}
+			for i := 0; dec.More(); i++ {
+				var e fileEntry
+				if err := dec.Decode(&e); err != nil {
+					return fmt.Errorf("change %d: %w", i, err)
+				}
+				c, err := validateEntry(e)
+				if err != nil {
+					return fmt.Errorf("change %d: %w", i, err)
+				}
+				if err := emit(c); err != nil {
+					return err
+				}
+			}
+			if err := expectDelim(dec, ']'); err != nil {
+				return err
+			}
+			sawChanges = true
+		default:
+			var skip json.RawMessage // fields of later formats
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return err
+	}
+	if !sawChanges {
+		return errors.New(`no "changes"`)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the end of the file")
+	}
+	return nil
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("expected %q, found %v", want, tok)
+	}
+	return nil
+}
+
+func validateEntry(e fileEntry) (fileChange, error) {
+	if err := checkTableName(e.Table); err != nil {
+		return fileChange{}, err
+	}
+	if e.Record == "" || len(e.Record) > maxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), maxRecordIDLen)
+	}
+	if e.Version < 1 || e.Version > maxVersion {
+		return fileChange{}, fmt.Errorf("sync_version %d out of range", e.Version)
+	}
+	c := fileChange{table: e.Table, record: e.Record, deleted: e.Deleted, version: e.Version, patch: []byte("{}")}
+	if e.Deleted {
+		return c, nil // a delete ends every older write; its patch cannot matter
+	}
+	p, err := jsonv.ParseObject(e.Patch, jsonv.Options{KeepNulls: true})
+	if err != nil {
+		return fileChange{}, fmt.Errorf("patch of %s/%s: %w", e.Table, e.Record, err)
+	}
+	c.patch = jsonv.Encode(p)
+	return c, nil
+}
+
+// A spool is a local temporary file of validated changes, written once
+// and read back inside the sync transaction. Spooling keeps memory flat
+// however many changes a sync moves, and lets a file be validated whole
+// before any of it is applied.
+type spool struct {
+	f   *os.File
+	w   *bufio.Writer
+	n   int
+	buf []byte
+}
+
+func newSpool(dir string) (*spool, error) {
+	f, err := os.CreateTemp(dir, "drivesync-spool-*")
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: create spool file: %w", err)
+	}
+	return &spool{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
+}
+
+func (s *spool) add(c fileChange) error {
+	b := s.buf[:0]
+	b = binary.AppendUvarint(b, uint64(len(c.table)))
+	b = append(b, c.table...)
+	b = binary.AppendUvarint(b, uint64(len(c.record)))
+	b = append(b, c.record...)
+	var flags uint8 = c.flags << 1
+	if c.deleted {
+		flags |= 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(c.version))
+	b = binary.AppendUvarint(b, uint64(len(c.patch)))
+	b = append(b, c.patch...)
+	s.buf = b
+	s.n++
+	_, err := s.w.Write(b)
+	return err
+}
+
+// each replays the spooled changes in order.
+func (s *spool) each(fn func(fileChange) error) error {
+	if err := s.w.Flush(); err != nil {
+		return err
+	}
+	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	defer s.f.Seek(0, io.SeekEnd)
+	r := bufio.NewReaderSize(s.f, 64<<10)
+	str := func() (string, error) {
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			return "", err
+		}
+		b := make([]byte, n)
+		_, err = io.ReadFull(r, b)
+		return string(b), err
+	}
+	for range s.n {
+		var c fileChange
+		var err error
+		if c.table, err = str(); err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		if c.record, err = str(); err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		flags, err := r.ReadByte()
+		if err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		c.deleted, c.flags = flags&1 != 0, flags>>1
+		v, err := binary.ReadUvarint(r)
+		if err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		c.version = int64(v)
+		p, err := str()
+		if err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		c.patch = []byte(p)
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *spool) close() {
+	s.f.Close()
+	os.Remove(s.f.Name())
+}

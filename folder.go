@@ -1,0 +1,302 @@
+package drivesync
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// folderTempPrefix starts the name of every temp file FolderRemote writes.
+// The leading "." hides it from List on every machine, and the fixed prefix
+// lets List tell our leftovers from other tools' dot files.
+const folderTempPrefix = ".drivesync-tmp-"
+
+// folderTempMaxAge is how old a temp file must be before List removes it.
+// A Create that has not finished within a day has crashed; a younger file
+// may belong to a Create still running in another process.
+const folderTempMaxAge = 24 * time.Hour
+
+// A FolderRemote is a Remote over a local directory that something else
+// shares between machines: Dropbox, iCloud Drive, Syncthing, a network share
+// or a USB stick. Several processes on one machine may use the same directory
+// at once; they coordinate only through the file system, so a FolderRemote
+// holds no state beyond the directory's path.
+//
+// Files are written to a hidden temp file and then published under their
+// final name without overwriting, so neither another process nor a sync tool
+// ever sees a half-written file, and two devices creating the same name
+// cannot clobber each other.
+type FolderRemote struct {
+	dir string // absolute path of the root
+}
+
+var _ Remote = (*FolderRemote)(nil)
+
+// NewFolderRemote returns a FolderRemote rooted at dir, made absolute so that
+// a later change of working directory does not move it.
+//
+// The directory must already exist. NewFolderRemote never creates it: if dir
+// is on a USB stick or network share that is not mounted, creating it would
+// silently sync into a folder on the local disk that no other device sees.
+func NewFolderRemote(dir string) (*FolderRemote, error) {
+	if dir == "" {
+		return nil, errors.New("folder remote: empty folder path")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("folder remote: %w", err)
+	}
+	info, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("folder remote: folder %s does not exist; create it, or check that the drive holding it is mounted: %w", abs, fs.ErrNotExist)
+	case err != nil:
+		return nil, fmt.Errorf("folder remote: %w", err)
+	case !info.IsDir():
+		return nil, fmt.Errorf("folder remote: %s is not a folder", abs)
+	}
+	return &FolderRemote{dir: abs}, nil
+}
+
+// path maps a checked name to its place on disk.
+func (r *FolderRemote) path(name string) string {
+	return filepath.Join(r.dir, filepath.FromSlash(name))
+}
+
+// List returns every regular file under the root, whatever since is. Files
+// that other machines write reach this folder through sync tools late and in
+// any order, so a file created remotely before since may appear here only
+// after it; listing everything is the only way never to miss one, and the
+// engine skips the files it has already applied.
+//
+// Files and folders whose names start with "." are skipped: they are our temp
+// files or belong to the OS and sync tools (.DS_Store, .stfolder, .dropbox).
+// Temp files of ours older than a day are left over from a crashed Create, and
+// List removes them.
+func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("folder remote: list: %w", err)
+	}
+	staleBefore := time.Now().Add(-folderTempMaxAge)
+	var files []RemoteFile
+	// os.DirFS follows the root if it is a symlink (a moved Dropbox folder
+	// often is) and yields slash-separated names, which is what we return.
+	err := fs.WalkDir(os.DirFS(r.dir), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// Another process or the sync tool may delete a file or folder
+			// while we walk; it is simply not listed. A missing root is a
+			// real error: an empty list would look like an empty remote.
+			if name != "." && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if name == "." {
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			if strings.HasPrefix(d.Name(), folderTempPrefix) {
+				if info, err := d.Info(); err == nil && info.ModTime().Before(staleBefore) {
+					os.Remove(r.path(name)) // best effort; the next List tries again
+				}
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		files = append(files, RemoteFile{Name: name, Size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("folder remote: list: %w", err)
+	}
+	return files, nil
+}
+
+// Open opens the named file for reading. The caller must close it.
+func (r *FolderRemote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := checkRemoteName(name); err != nil {
+		return nil, fmt.Errorf("folder remote: open: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("folder remote: open %s: %w", name, err)
+	}
+	f, err := os.Open(r.path(name))
+	if err != nil {
+		return nil, fmt.Errorf("folder remote: open %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// Create writes content to a hidden temp file beside the final name, syncs
+// it to disk, and only then publishes it with a hard link, which fails rather
+// than overwrite an existing file, even one another process is publishing at
+// the same moment.
+//
+// Some file systems have no hard links (FAT and exFAT USB sticks, some cloud
+// drive and network mounts). There Create checks that the name is free and
+// renames the temp file onto it. That leaves a small window in which two
+// processes creating the same name at the same moment may both succeed, one
+// file replacing the other.
+func (r *FolderRemote) Create(ctx context.Context, name string, content io.Reader) error {
+	if err := checkRemoteName(name); err != nil {
+		return fmt.Errorf("folder remote: create: %w", err)
+	}
+	if err := r.create(ctx, name, content); err != nil {
+		return fmt.Errorf("folder remote: create %s: %w", name, err)
+	}
+	return nil
+}
+
+func (r *FolderRemote) create(ctx context.Context, name string, content io.Reader) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	final := r.path(name)
+	dir := filepath.Dir(final)
+	tmp, err := createFolderTemp(dir)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after publishing too: the link leaves the temp name behind
+	err = copyWithContext(ctx, tmp, content)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+
+	err = os.Link(tmp.Name(), final)
+	if errors.Is(err, fs.ErrExist) {
+		return fs.ErrExist
+	}
+	if err != nil {
+		// Most likely the file system has no hard links (EPERM, ENOTSUP,
+		// EXDEV, EMLINK, or Windows' equivalents), so fall back to rename,
+		// which would overwrite: look first, and accept the race window
+		// documented on Create.
+		if _, serr := os.Lstat(final); serr == nil {
+			return fs.ErrExist
+		} else if !errors.Is(serr, fs.ErrNotExist) {
+			return serr
+		}
+		if err := os.Rename(tmp.Name(), final); err != nil {
+			return err
+		}
+	}
+	syncDir(dir)
+	return nil
+}
+
+// createFolderTemp creates a new temp file in dir, creating dir as needed.
+// It retries because a concurrent Delete in another process may remove dir,
+// once empty, between our MkdirAll and our creating the file.
+func createFolderTemp(dir string) (*os.File, error) {
+	for attempt := 0; ; attempt++ {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(filepath.Join(dir, folderTempPrefix+rand.Text()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
+			continue
+		}
+		return f, err
+	}
+}
+
+// syncDir makes a new directory entry in dir durable, so that a crash right
+// after Create cannot lose a file that another device may already have seen.
+// Errors are ignored: Windows and some file systems cannot sync a directory,
+// and the file itself is already published.
+func syncDir(dir string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	d.Sync()
+	d.Close()
+}
+
+// copyWithContext copies src to dst in chunks, checking ctx between them so
+// that a large or slow copy stops promptly once ctx is done.
+func copyWithContext(ctx context.Context, dst io.Writer, src io.Reader) error {
+	buf := make([]byte, 64<<10)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Delete removes the named file, then the folders that removing it left
+// empty, up to but not including the root, so old day folders do not pile up
+// on the shared drive.
+func (r *FolderRemote) Delete(ctx context.Context, name string) error {
+	if err := checkRemoteName(name); err != nil {
+		return fmt.Errorf("folder remote: delete: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("folder remote: delete %s: %w", name, err)
+	}
+	p := r.path(name)
+	if err := os.Remove(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("folder remote: delete %s: %w", name, err)
+	}
+	// Removing a folder fails unless it is empty, so this never removes
+	// another file, and stops at the first folder still in use.
+	for d := filepath.Dir(p); len(d) > len(r.dir); d = filepath.Dir(d) {
+		if os.Remove(d) != nil {
+			break
+		}
+	}
+	return nil
+}
+
+// Now returns the local clock: the files of a shared folder carry no time the
+// other devices agree on, so this machine's clock is the best there is.
+func (r *FolderRemote) Now(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("folder remote: now: %w", err)
+	}
+	return time.Now().UTC(), nil
+}

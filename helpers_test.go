@@ -1,0 +1,222 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+// testDSN is the DSN the README recommends.
+func testDSN(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+}
+
+const notesSchema = `CREATE TABLE IF NOT EXISTS notes (
+	id TEXT PRIMARY KEY,
+	content JSONB NOT NULL,
+	title TEXT,
+	display_order INTEGER
+)`
+
+// device is one simulated device: its own database and engine.
+type device struct {
+	t      testing.TB
+	name   string
+	path   string
+	db     *sql.DB
+	eng    *Engine
+	remote Remote
+	cfg    Config
+}
+
+func newDevice(t testing.TB, name string, remote Remote, schema ...string) *device {
+	t.Helper()
+	d := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db"), remote: remote}
+	db, err := sql.Open("sqlite", testDSN(d.path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	d.db = db
+	if len(schema) == 0 {
+		schema = []string{notesSchema}
+	}
+	for _, s := range schema {
+		d.exec(s)
+	}
+	d.cfg = Config{Remote: remote, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: t.TempDir()}
+	d.open()
+	return d
+}
+
+func (d *device) open() {
+	d.t.Helper()
+	eng, err := Open(context.Background(), d.db, d.cfg)
+	if err != nil {
+		d.t.Fatalf("%s: Open: %v", d.name, err)
+	}
+	d.eng = eng
+}
+
+func (d *device) exec(query string, args ...any) {
+	d.t.Helper()
+	if _, err := d.db.Exec(query, args...); err != nil {
+		d.t.Fatalf("%s: %s: %v", d.name, query, err)
+	}
+}
+
+func (d *device) put(id, content string) {
+	d.t.Helper()
+	d.exec(`INSERT INTO notes (id, content) VALUES (?, jsonb(?)) ON CONFLICT (id) DO UPDATE SET content = excluded.content`, id, content)
+}
+
+func (d *device) sync() Report {
+	d.t.Helper()
+	r, err := d.eng.Sync(context.Background())
+	if err != nil {
+		d.t.Fatalf("%s: Sync: %v", d.name, err)
+	}
+	return r
+}
+
+// get returns the note's content as JSON text, or "" if there is none.
+func (d *device) get(id string) string {
+	d.t.Helper()
+	var s string
+	err := d.db.QueryRow(`SELECT json(content) FROM notes WHERE id = ?`, id).Scan(&s)
+	if err == sql.ErrNoRows {
+		return ""
+	}
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return s
+}
+
+// dump returns every synced table and sync_states in a fixed order: two
+// devices that converged dump the same bytes.
+func (d *device) dump() string {
+	d.t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT table_name, record_id, record_data, clock, sync_version, device_id, is_deleted FROM sync_states ORDER BY table_name, record_id`,
+		`SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`,
+	} {
+		rows, err := d.db.Query(q)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				d.t.Fatal(err)
+			}
+			fmt.Fprintln(&b, vals...)
+		}
+		rows.Close()
+		b.WriteString("--\n")
+	}
+	return b.String()
+}
+
+func (d *device) pendingCount() int {
+	d.t.Helper()
+	var n int
+	if err := d.db.QueryRow(`SELECT count(*) FROM sync_pending_changes`).Scan(&n); err != nil {
+		d.t.Fatal(err)
+	}
+	return n
+}
+
+// syncAll syncs the devices round-robin until a full round moves nothing.
+func syncAll(t testing.TB, devs ...*device) {
+	t.Helper()
+	for round := 0; round < 10; round++ {
+		moved := false
+		for _, d := range devs {
+			r := d.sync()
+			if r.Uploaded != "" || len(r.Downloaded) > 0 {
+				moved = true
+			}
+		}
+		if !moved {
+			return
+		}
+	}
+	t.Fatal("devices did not reach quiescence in 10 rounds")
+}
+
+func assertConverged(t testing.TB, devs ...*device) {
+	t.Helper()
+	want := devs[0].dump()
+	for _, d := range devs[1:] {
+		if got := d.dump(); got != want {
+			t.Fatalf("%s differs from %s:\n%s\nvs\n%s", d.name, devs[0].name, got, want)
+		}
+	}
+	for _, d := range devs {
+		if n := d.pendingCount(); n != 0 {
+			t.Fatalf("%s has %d pending changes after quiescence", d.name, n)
+		}
+	}
+}
+
+// laggingRemote hides files from some listers, like a remote whose
+// listings lag: hidden[lister] is the set of name prefixes it cannot see.
+type laggingRemote struct {
+	Remote
+	mu     sync.Mutex
+	hidden map[string][]string
+	lister string
+}
+
+func (l *laggingRemote) as(lister string) Remote { return &listerView{l, lister} }
+
+type listerView struct {
+	l      *laggingRemote
+	lister string
+}
+
+func (v *listerView) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
+	files, err := v.l.Remote.List(ctx, since)
+	v.l.mu.Lock()
+	defer v.l.mu.Unlock()
+	return slices.DeleteFunc(files, func(f RemoteFile) bool {
+		for _, dev := range v.l.hidden[v.lister] {
+			if strings.HasSuffix(f.Name, "_"+dev+".json.gz") {
+				return true
+			}
+		}
+		return false
+	}), err
+}
+func (v *listerView) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	return v.l.Remote.Open(ctx, name)
+}
+func (v *listerView) Create(ctx context.Context, name string, r io.Reader) error {
+	return v.l.Remote.Create(ctx, name, r)
+}
+func (v *listerView) Delete(ctx context.Context, name string) error {
+	return v.l.Remote.Delete(ctx, name)
+}
+func (v *listerView) Now(ctx context.Context) (time.Time, error) { return v.l.Remote.Now(ctx) }
+
+func (l *laggingRemote) hide(lister string, devices ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hidden[lister] = devices
+}

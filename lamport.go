@@ -1,0 +1,53 @@
+package drivesync
+
+import "strings"
+
+// maxVersion bounds the Lamport versions the engine accepts from a file.
+// A hostile or broken file claiming a version near the int64 limit would
+// otherwise make every later version overflow.
+const maxVersion = 1 << 53
+
+// A stamp identifies one write: the Lamport version it was given and the
+// device that made it. Stamps are totally ordered by version and then by
+// device id, so two devices that stamp the same version still agree on a
+// winner. Every write a device makes gets a version no other write of
+// that device has, so a stamp names exactly one write.
+type stamp struct {
+	version int64
+	device  string
+}
+
+func (a stamp) compare(b stamp) int {
+	switch {
+	case a.version < b.version:
+		return -1
+	case a.version > b.version:
+		return 1
+	}
+	return strings.Compare(a.device, b.device)
+}
+
+func (a stamp) less(b stamp) bool { return a.compare(b) < 0 }
+
+func (a stamp) isZero() bool { return a.version == 0 && a.device == "" }
+
+// nextVersions hands out the versions of one sync's own changes: change i
+// (in pending order) gets maxSeen+1+i. maxSeen is the largest version the
+// device has seen anywhere — its synced state, the files it just
+// downloaded, and versions it reserved for an earlier upload that may
+// have reached the remote without being committed locally — so its own
+// changes always order after everything it has seen ("git pull --rebase").
+type versionCounter struct{ next int64 }
+
+func newVersionCounter(maxSeen int64) *versionCounter {
+	return &versionCounter{next: maxSeen + 1}
+}
+
+func (c *versionCounter) take() int64 {
+	v := c.next
+	c.next++
+	return v
+}
+
+// last returns the largest version handed out so far (maxSeen if none).
+func (c *versionCounter) last() int64 { return c.next - 1 }

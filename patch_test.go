@@ -1,0 +1,270 @@
+package drivesync
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"pgregory.net/rapid"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+)
+
+// tb is the part of testing.TB that rapid.T also has.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func mustObject(t tb, s string, keepNulls bool) jsonv.Value {
+	t.Helper()
+	v, err := jsonv.ParseObject([]byte(s), jsonv.Options{KeepNulls: keepNulls})
+	if err != nil {
+		t.Fatalf("parse %s: %v", s, err)
+	}
+	return v
+}
+
+// change is one stamped merge patch or delete, as a file carries it.
+type change struct {
+	patch   string // merge patch; ignored when deleted
+	deleted bool
+	at      stamp
+}
+
+func applyAll(t tb, changes []change) *node {
+	t.Helper()
+	n := &node{}
+	for _, c := range changes {
+		if c.deleted {
+			n.applyDelete(c.at)
+		} else {
+			n.applyPatch(mustObject(t, c.patch, true), c.at)
+		}
+	}
+	return n
+}
+
+// stateBytes is what sync_states would store for the record.
+func stateBytes(n *node) string {
+	data := "<deleted>"
+	if n.exists() {
+		data = string(jsonv.Encode(n.value()))
+	}
+	return data + " " + string(encodeClock(n))
+}
+
+// oracle applies the changes in stamp order with the reference RFC 7396
+// implementation: the result every device must reach.
+func oracle(t tb, changes []change) string {
+	t.Helper()
+	sorted := slices.Clone(changes)
+	slices.SortFunc(sorted, func(a, b change) int { return a.at.compare(b.at) })
+	sorted = slices.CompactFunc(sorted, func(a, b change) bool { return a.at == b.at })
+	var doc []byte // nil: the record does not exist
+	for _, c := range sorted {
+		if c.deleted {
+			doc = nil
+			continue
+		}
+		base := doc
+		if base == nil {
+			base = []byte(`{}`)
+		}
+		out, err := jsonpatch.MergePatch(base, []byte(c.patch))
+		if err != nil {
+			t.Fatalf("MergePatch(%s, %s): %v", base, c.patch, err)
+		}
+		doc = out
+	}
+	if doc == nil {
+		return "<deleted>"
+	}
+	return string(jsonv.Encode(mustObject(t, string(doc), false)))
+}
+
+func TestSeedTitleDesc(t *testing.T) {
+	// Seed 000: Device 1 changes title, Device 2 changes desc and syncs
+	// first. Both edits must survive on every device.
+	base := change{patch: `{"title":"A","desc":"A"}`, at: stamp{1, "dev0"}}
+	d2 := change{patch: `{"desc":"B"}`, at: stamp{2, "dev2"}}
+	d1 := change{patch: `{"title":"B"}`, at: stamp{3, "dev1"}}
+	want := `{"desc":"B","title":"B"}`
+	for _, order := range [][]change{{base, d2, d1}, {base, d1, d2}, {d1, d2, base}} {
+		n := applyAll(t, order)
+		if got := string(jsonv.Encode(n.value())); got != want {
+			t.Errorf("order %v: got %s, want %s", order, got, want)
+		}
+	}
+}
+
+func TestDesignDivergence(t *testing.T) {
+	// DESIGN.md: A and C both saw version 5. A writes x at 7, C writes y at
+	// 6, neither saw the other. Every arrival order must agree.
+	v5 := change{patch: `{"x":0,"y":0}`, at: stamp{5, "b"}}
+	a := change{patch: `{"x":1}`, at: stamp{7, "a"}}
+	c := change{patch: `{"y":1}`, at: stamp{6, "c"}}
+	want := applyAll(t, []change{v5, a, c})
+	for _, order := range [][]change{{v5, c, a}, {a, v5, c}, {c, a, v5}, {a, c, v5, a, c}} {
+		if got := applyAll(t, order); stateBytes(got) != stateBytes(want) {
+			t.Errorf("got %s, want %s", stateBytes(got), stateBytes(want))
+		}
+	}
+	if got := string(jsonv.Encode(want.value())); got != `{"x":1,"y":1}` {
+		t.Errorf("got %s, want both edits", got)
+	}
+}
+
+func TestTieBrokenByDevice(t *testing.T) {
+	a := change{patch: `{"x":"a"}`, at: stamp{7, "aaaa"}}
+	b := change{patch: `{"x":"b"}`, at: stamp{7, "bbbb"}}
+	for _, order := range [][]change{{a, b}, {b, a}} {
+		if got := string(jsonv.Encode(applyAll(t, order).value())); got != `{"x":"b"}` {
+			t.Errorf("got %s, want the larger device id to win", got)
+		}
+	}
+}
+
+func TestDeleteAgainstConcurrentEdit(t *testing.T) {
+	create := change{patch: `{"a":1,"b":1}`, at: stamp{1, "d1"}}
+	del := change{deleted: true, at: stamp{3, "d1"}}
+	older := change{patch: `{"a":2}`, at: stamp{2, "d2"}}
+	newer := change{patch: `{"b":2}`, at: stamp{4, "d2"}}
+	for _, order := range [][]change{{create, del, older, newer}, {newer, older, del, create}, {older, newer, create, del}} {
+		got := applyAll(t, order)
+		if s := string(jsonv.Encode(got.value())); s != `{"b":2}` {
+			t.Errorf("got %s, want re-created with only the newer path", s)
+		}
+	}
+	if got := applyAll(t, []change{create, older, del}); got.exists() {
+		t.Errorf("record exists after a newer delete: %s", stateBytes(got))
+	}
+}
+
+func TestDiffApply(t *testing.T) {
+	tests := []struct{ old, new, patch string }{
+		{`{"a":1}`, `{"a":1}`, `{}`},
+		{`{"a":1}`, `{"a":2}`, `{"a":2}`},
+		{`{"a":1,"b":2}`, `{"a":1}`, `{"b":null}`},
+		{`{"a":{"x":1,"y":2}}`, `{"a":{"x":1,"y":3}}`, `{"a":{"y":3}}`},
+		{`{"a":{"x":1}}`, `{"a":5}`, `{"a":5}`},
+		{`{"a":5}`, `{"a":{"x":1}}`, `{"a":{"x":1}}`},
+		{`{"a":5}`, `{"a":{}}`, `{"a":{}}`},
+		{`{}`, `{"n":12345678901234567890123}`, `{"n":12345678901234567890123}`},
+		{`{"n":9007199254740993}`, `{"n":9007199254740992}`, `{"n":9007199254740992}`},
+		{`{"t":{"u1":{"n":"x"}}}`, `{"t":{"u1":{"n":"x"},"u2":{"n":"y"}}}`, `{"t":{"u2":{"n":"y"}}}`},
+	}
+	for _, tt := range tests {
+		old, new := mustObject(t, tt.old, false), mustObject(t, tt.new, false)
+		p := diff(old, new)
+		if got := string(jsonv.Encode(p)); got != tt.patch {
+			t.Errorf("diff(%s, %s) = %s, want %s", tt.old, tt.new, got, tt.patch)
+		}
+		n := newRecordState(old, stamp{1, "d"})
+		n.applyPatch(p, stamp{2, "d"})
+		if got := string(jsonv.Encode(n.value())); got != tt.new {
+			t.Errorf("apply(%s, diff) = %s, want %s", tt.old, got, tt.new)
+		}
+	}
+}
+
+// genValue draws a small JSON value over a tiny key space, so that
+// patches collide on paths, nest, replace objects by scalars and back.
+func genValue(t *rapid.T, depth int, label string) string {
+	choices := 5
+	if depth >= 3 {
+		choices = 3
+	}
+	switch rapid.IntRange(0, choices-1).Draw(t, label) {
+	case 0:
+		return fmt.Sprint(rapid.IntRange(-3, 3).Draw(t, label+"i"))
+	case 1:
+		return rapid.SampledFrom([]string{`"s"`, `"t"`, `[1,null]`, `[]`, `true`, `9007199254740993`}).Draw(t, label+"s")
+	case 2:
+		return `null`
+	default:
+		return genObject(t, depth+1, label)
+	}
+}
+
+func genObject(t *rapid.T, depth int, label string) string {
+	keys := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"a", "b", "c"}), 0, 3, rapid.ID[string]).Draw(t, label+"k")
+	s := "{"
+	for i, k := range keys {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprintf("%q:%s", k, genValue(t, depth, label+k))
+	}
+	return s + "}"
+}
+
+func genChanges(t *rapid.T) []change {
+	n := rapid.IntRange(1, 8).Draw(t, "n")
+	var changes []change
+	used := map[stamp]bool{}
+	for i := range n {
+		at := stamp{rapid.Int64Range(1, 6).Draw(t, "v"), rapid.SampledFrom([]string{"d1", "d2", "d3"}).Draw(t, "dev")}
+		if used[at] {
+			continue // a stamp names one write
+		}
+		used[at] = true
+		c := change{at: at}
+		if rapid.IntRange(0, 5).Draw(t, "del") == 0 {
+			c.deleted = true
+		} else {
+			c.patch = genObject(t, 0, fmt.Sprint("p", i))
+		}
+		changes = append(changes, c)
+	}
+	return changes
+}
+
+// TestMergeConverges is the convergence property: any arrival order of any
+// set of stamped patches, with repeats, gives byte-identical state equal
+// to applying them in stamp order with RFC 7396; the stored clock
+// round-trips.
+func TestMergeConverges(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		changes := genChanges(t)
+		want := oracle(t, changes)
+		ref := applyAll(t, changes)
+		order := rapid.Permutation(changes).Draw(t, "order")
+		order = append(order, rapid.SliceOfN(rapid.SampledFrom(changes), 0, 3).Draw(t, "repeats")...)
+		got := applyAll(t, order)
+		if stateBytes(got) != stateBytes(ref) {
+			t.Fatalf("order-dependent state:\n got %s\nwant %s", stateBytes(got), stateBytes(ref))
+		}
+		if g := stateBytesData(got); g != want {
+			t.Fatalf("got %s, want RFC 7396 in stamp order %s", g, want)
+		}
+		// Store and reload half way, then finish: same state.
+		k := rapid.IntRange(0, len(order)).Draw(t, "split")
+		mid := applyAll(t, order[:k])
+		reloaded, err := decodeState(mid.value(), encodeClock(mid), !mid.exists())
+		if err != nil {
+			t.Fatalf("decodeState(%s): %v", stateBytes(mid), err)
+		}
+		if stateBytes(reloaded) != stateBytes(mid) {
+			t.Fatalf("clock round trip:\n got %s\nwant %s", stateBytes(reloaded), stateBytes(mid))
+		}
+		for _, c := range order[k:] {
+			if c.deleted {
+				reloaded.applyDelete(c.at)
+			} else {
+				reloaded.applyPatch(mustObject(t, c.patch, true), c.at)
+			}
+		}
+		if stateBytes(reloaded) != stateBytes(ref) {
+			t.Fatalf("after reload:\n got %s\nwant %s", stateBytes(reloaded), stateBytes(ref))
+		}
+	})
+}
+
+func stateBytesData(n *node) string {
+	if !n.exists() {
+		return "<deleted>"
+	}
+	return string(jsonv.Encode(n.value()))
+}

@@ -1,0 +1,86 @@
+package drivesync
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// A Remote is the storage the devices share: a Google Drive folder, a plain
+// directory, a bucket. The engine only ever creates new files, reads them,
+// lists them and deletes old ones; it never overwrites a file, so a Remote
+// needs no locking and may be eventually consistent.
+//
+// Names are slash-separated paths relative to the Remote's root, such as
+// "2026/11/22/patch_20261122T101500.123Z_<device>.json.gz". Every method
+// takes a context and must return promptly with ctx.Err() (possibly
+// wrapped) once the context is done.
+//
+// Implementations must be safe for concurrent use.
+type Remote interface {
+	// List returns every file created at or after since, by the remote's
+	// clock. It may return older files too (a folder that other tools
+	// fill may deliver files late, so FolderRemote lists everything); the
+	// engine skips the files it has already applied. A zero since lists
+	// all files. The order of the result is unspecified.
+	List(ctx context.Context, since time.Time) ([]RemoteFile, error)
+
+	// Open opens the named file for reading. A file that does not exist
+	// gives an error that matches fs.ErrNotExist.
+	Open(ctx context.Context, name string) (io.ReadCloser, error)
+
+	// Create stores content under name, creating parent folders as
+	// needed. A file must never be visible half-written: readers see
+	// either nothing or the whole content. If a file with that name
+	// already exists, Create returns an error that matches fs.ErrExist
+	// and leaves the existing file alone.
+	Create(ctx context.Context, name string, content io.Reader) error
+
+	// Delete removes the named file permanently. Deleting a file that
+	// does not exist is not an error.
+	Delete(ctx context.Context, name string) error
+
+	// Now returns the remote's current time. File names carry it, so that
+	// devices whose clocks disagree still sort their files in the order
+	// the remote saw them.
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// RemoteFile describes one file of a Remote.
+type RemoteFile struct {
+	Name string // slash-separated path relative to the remote's root
+	Size int64  // size in bytes, or -1 if the remote does not know it
+}
+
+// checkRemoteName reports why name is not a valid Remote file name. The rules
+// are those of the strictest Remote, a shared folder: a name must stay inside
+// the root, mean the same path on every OS, and start no element with "."
+// because FolderRemote keeps its temp files under such names and sync tools
+// keep their state there. Every Remote applies the same rules so that code
+// tested against MemoryRemote also works against a folder.
+func checkRemoteName(name string) error {
+	bad := func(why string) error { return fmt.Errorf("invalid name %q: %s", name, why) }
+	switch {
+	case name == "":
+		return bad("empty")
+	case name[0] == '/':
+		return bad("must be relative, not start with /")
+	case strings.ContainsRune(name, '\\'):
+		return bad("contains a backslash; use / to separate folders")
+	case strings.ContainsRune(name, 0):
+		return bad("contains NUL")
+	}
+	for elem := range strings.SplitSeq(name, "/") {
+		switch {
+		case elem == "":
+			return bad("has an empty path element")
+		case elem == "." || elem == "..":
+			return bad(`has a "." or ".." element`)
+		case elem[0] == '.':
+			return bad(`has an element starting with ".", which is reserved for temp files`)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The engine's own tables. sync_control, sync_pending_changes and
+// sync_states are the tables of seed 000; sync_meta holds this device's
+// identity and cursor, sync_files the remote files already applied.
+//
+// sync_pending_changes stores only which records changed, not their
+// content: the engine reads the content from the app's table when it
+// syncs. That keeps the triggers cheap (a write that changes an already
+// pending record costs one index lookup) and the content read at sync time
+// is the latest anyway.
+//
+// sync_states.record_data is canonical JSON text (see internal/jsonv), and
+// clock holds the stamp of every member path (see patch.go). Both are
+// derived only from the patches applied, so every device stores the same
+// bytes.
+const schemaSQL = `
+CREATE TABLE IF NOT EXISTS sync_control (
+	id INTEGER PRIMARY KEY CHECK (id = 1),
+	is_syncing INTEGER NOT NULL DEFAULT 0
+);
+INSERT OR IGNORE INTO sync_control (id, is_syncing) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS sync_pending_changes (
+	table_name TEXT NOT NULL,
+	record_id TEXT NOT NULL,
+	PRIMARY KEY (table_name, record_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_states (
+	table_name TEXT NOT NULL,
+	record_id TEXT NOT NULL,
+	record_data TEXT NOT NULL,
+	clock TEXT NOT NULL,
+	sync_version INTEGER NOT NULL,
+	device_id TEXT NOT NULL,
+	is_deleted INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (table_name, record_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sync_states_sync_version ON sync_states (sync_version);
+CREATE TABLE IF NOT EXISTS sync_meta (
+	key TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_files (
+	name TEXT PRIMARY KEY,
+	status TEXT NOT NULL,
+	size INTEGER NOT NULL,
+	detail TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+UPDATE sync_control SET is_syncing = 0;
+`
+
+const (
+	metaDeviceID        = "device_id"
+	metaCursor          = "cursor"           // remote time of the newest file seen
+	metaReservedVersion = "reserved_version" // versions up to this may be on the remote
+	metaSchema          = "schema_version"
+	schemaVersion       = "1"
+)
+
+// Names of the engine's tables, which an app table may not use.
+var reservedTables = map[string]bool{
+	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
+	"sync_meta": true, "sync_files": true,
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkTableName reports whether name may be a synced table: a plain
+// identifier that is neither SQLite's nor the engine's own. The same check
+// guards table names read from remote files, before any SQL sees them.
+func checkTableName(name string) error {
+	switch {
+	case !identRE.MatchString(name) || len(name) > 128:
+		return fmt.Errorf("table name %q is not a plain identifier (letters, digits, underscore)", name)
+	case strings.HasPrefix(strings.ToLower(name), "sqlite_"):
+		return fmt.Errorf("table name %q is reserved by SQLite", name)
+	case reservedTables[strings.ToLower(name)]:
+		return fmt.Errorf("table name %q is one of drivesync's own tables", name)
+	}
+	return nil
+}
+
+func quoteIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
+
+func quoteString(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+
+// tableInfo is what the engine learned about a registered table at Open,
+// and the SQL it uses on it.
+type tableInfo struct {
+	name    string
+	jsonb   bool     // content is stored as JSONB, not JSON text
+	columns []string // projection columns, filled from content's same-named keys
+
+	upsertSQL string // ?1 id, ?2 canonical content
+	deleteSQL string // ?1 id
+	readSQL   string // ?1 id -> content as JSON text, or no row
+	// canonicalSQL selects, for ?1 id and ?2 canonical content, whether the
+	// stored row already equals what upsertSQL would write.
+	canonicalSQL string
+}
+
+func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
+	if err := checkTableName(t.Name); err != nil {
+		return nil, fmt.Errorf("drivesync: %w", err)
+	}
+	rows, err := q.QueryContext(ctx, `SELECT name, type, pk, hidden FROM pragma_table_xinfo(?)`, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+	}
+	defer rows.Close()
+	ti := &tableInfo{name: t.Name}
+	var haveID, haveContent bool
+	npk := 0
+	for rows.Next() {
+		var name, typ string
+		var pk, hidden int
+		if err := rows.Scan(&name, &typ, &pk, &hidden); err != nil {
+			return nil, err
+		}
+		if pk > 0 {
+			npk++
+		}
+		utyp := strings.ToUpper(typ)
+		switch {
+		case name == "id":
+			if pk != 1 || !(strings.Contains(utyp, "TEXT") || strings.Contains(utyp, "CHAR") || strings.Contains(utyp, "CLOB")) {
+				return nil, fmt.Errorf("drivesync: table %s: column id must be the TEXT PRIMARY KEY (found type %q, pk=%d): records are keyed by ids shared across devices, such as UUIDs", t.Name, typ, pk)
+			}
+			haveID = true
+		case name == "content":
+			ti.jsonb = strings.Contains(utyp, "JSONB") || strings.Contains(utyp, "BLOB")
+			haveContent = true
+		case hidden != 0:
+			// Generated and hidden columns are SQLite's to fill.
+		default:
+			if !identRE.MatchString(name) {
+				return nil, fmt.Errorf("drivesync: table %s: column %q is not a plain identifier; projection columns take their value from the same-named key of content", t.Name, name)
+			}
+			ti.columns = append(ti.columns, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case !haveID && !haveContent && npk == 0 && len(ti.columns) == 0:
+		return nil, fmt.Errorf("drivesync: table %s does not exist: create it before Open (id TEXT PRIMARY KEY, content JSONB)", t.Name)
+	case !haveID:
+		return nil, fmt.Errorf("drivesync: table %s has no column id: a synced table needs id TEXT PRIMARY KEY", t.Name)
+	case npk != 1:
+		return nil, fmt.Errorf("drivesync: table %s has a composite primary key: a synced table needs id TEXT PRIMARY KEY alone", t.Name)
+	case !haveContent:
+		return nil, fmt.Errorf("drivesync: table %s has no column content: a synced table stores each record as JSON in content", t.Name)
+	}
+	ti.buildSQL()
+	return ti, nil
+}
+
+func (ti *tableInfo) buildSQL() {
+	tbl := quoteIdent(ti.name)
+	content := "?2"
+	if ti.jsonb {
+		content = "jsonb(?2)"
+	}
+	cols := []string{"id", "content"}
+	vals := []string{"?1", content}
+	sets := []string{"content = excluded.content"}
+	same := []string{"content IS " + content}
+	for _, c := range ti.columns {
+		extract := fmt.Sprintf("json_extract(?2, '$.%s')", c)
+		cols = append(cols, quoteIdent(c))
+		vals = append(vals, extract)
+		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
+		same = append(same, fmt.Sprintf("%s IS %s", quoteIdent(c), extract))
+	}
+	ti.upsertSQL = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
+		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
+	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
+	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
+	ti.canonicalSQL = fmt.Sprintf("SELECT %s FROM %s WHERE id = ?1", strings.Join(same, " AND "), tbl)
+}
+
+// querier is what *sql.DB, *sql.Conn and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getMeta(ctx context.Context, q querier, key string) (string, error) {
+	var v string
+	err := q.QueryRowContext(ctx, `SELECT value FROM sync_meta WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+func setMeta(ctx context.Context, q querier, key, value string) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO sync_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}
+
+func getMetaInt(ctx context.Context, q querier, key string) (int64, error) {
+	s, err := getMeta(ctx, q, key)
+	if err != nil || s == "" {
+		return 0, err
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// installSchema creates the engine's tables and this device's identity.
+// It is idempotent and runs in the caller's transaction.
+func installSchema(ctx context.Context, q querier, deviceID string) (string, error) {
+	if _, err := q.ExecContext(ctx, schemaSQL); err != nil {
+		return "", fmt.Errorf("drivesync: install schema: %w", err)
+	}
+	stored, err := getMeta(ctx, q, metaDeviceID)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case deviceID == "" && stored != "":
+		deviceID = stored
+	case deviceID == "":
+		deviceID = uuid.NewString()
+	case stored != "" && stored != deviceID:
+		// A new id for the same database would reuse versions the old
+		// id already stamped; refuse rather than risk it.
+		return "", fmt.Errorf("drivesync: Config.DeviceID %q differs from the id %q this database already syncs as; leave DeviceID empty or use the stored id", deviceID, stored)
+	}
+	if err := checkDeviceID(deviceID); err != nil {
+		return "", err
+	}
+	if err := setMeta(ctx, q, metaDeviceID, deviceID); err != nil {
+		return "", err
+	}
+	if err := setMeta(ctx, q, metaSchema, schemaVersion); err != nil {
+		return "", err
+	}
+	return deviceID, nil
+}
+
+var deviceIDRE = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+
+// checkDeviceID keeps device ids safe inside file names.
+func checkDeviceID(id string) error {
+	if !deviceIDRE.MatchString(id) {
+		return fmt.Errorf("drivesync: device id %q must be 1-64 letters, digits or '-' (it is part of file names)", id)
+	}
+	return nil
+}
+
+// beginImmediate starts a write transaction on conn that holds SQLite's
+// write lock from its first statement, so it cannot fail half way with
+// SQLITE_BUSY when it upgrades a read lock. A busy database is retried
+// with jittered backoff until ctx is done: busy_timeout already waits
+// inside SQLite, this covers apps that set none.
+func beginImmediate(ctx context.Context, conn *sql.Conn) error {
+	backoff := 5 * time.Millisecond
+	for {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		sleep := backoff/2 + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drivesync: database stayed locked by another writer: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(sleep):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// isBusy reports SQLITE_BUSY and SQLITE_LOCKED (primary codes 5 and 6,
+// extended codes included) from any driver whose errors have Code() int,
+// as modernc.org/sqlite's do.
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		c := coded.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	return false
+}

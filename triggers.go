@@ -1,0 +1,84 @@
+package drivesync
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Capture: each synced table gets AFTER INSERT, UPDATE and DELETE triggers
+// that mark the record as pending. They store the table and id only, with
+// INSERT OR IGNORE, so a record already pending costs one index lookup
+// and no page write; the content is read when the engine syncs. The
+// triggers stay silent while sync_control.is_syncing is 1, which the
+// engine sets only inside its own transaction while it writes the app's
+// tables.
+
+const triggerPrefix = "sync_trg_"
+
+func triggerSQL(table string) map[string]string {
+	tbl, lit := quoteIdent(table), quoteString(table)
+	when := "WHEN (SELECT is_syncing FROM sync_control) = 0"
+	mark := func(id string) string {
+		return fmt.Sprintf("INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (%s, %s);", lit, id)
+	}
+	name := func(op string) string { return triggerPrefix + table + "_" + op }
+	return map[string]string{
+		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark("NEW.id")),
+		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
+		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
+		// Changing a record's id deletes the old record and creates a new
+		// one; only statements that set id pay for this trigger.
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s %s AND OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, when, mark("OLD.id")),
+	}
+}
+
+// installTriggers (re)creates the capture triggers of the registered
+// tables, drops those of tables no longer registered, and returns the
+// tables that had no triggers before: newly registered ones.
+func installTriggers(ctx context.Context, q querier, tables []*tableInfo) (fresh []*tableInfo, err error) {
+	existing := map[string]string{}
+	rows, err := q.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_trg\_%' ESCAPE '\'`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var name, sql string
+		if err := rows.Scan(&name, &sql); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		existing[name] = sql
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, t := range tables {
+		defs := triggerSQL(t.name)
+		if _, ok := existing[triggerPrefix+t.name+"_insert"]; !ok {
+			fresh = append(fresh, t)
+		}
+		for name, def := range defs {
+			want[name] = true
+			if existing[name] == def {
+				continue // unchanged: leave the schema (and app statements) alone
+			}
+			if _, err := q.ExecContext(ctx, "DROP TRIGGER IF EXISTS "+quoteIdent(name)); err != nil {
+				return nil, err
+			}
+			if _, err := q.ExecContext(ctx, def); err != nil {
+				return nil, fmt.Errorf("drivesync: create trigger on %s: %w", t.name, err)
+			}
+		}
+	}
+	for name := range existing {
+		if !want[name] && strings.HasPrefix(name, triggerPrefix) {
+			if _, err := q.ExecContext(ctx, "DROP TRIGGER IF EXISTS "+quoteIdent(name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return fresh, nil
+}
