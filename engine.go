@@ -105,6 +105,12 @@ type Engine struct {
 	order    []*tableInfo // registration order
 	sem      chan struct{}
 	closed   atomic.Bool
+
+	// testHook, when set by a test, runs at each step boundary of a sync
+	// ("fetched", "planned", "uploaded", "applied": the last is inside
+	// the transaction, before COMMIT); an error it returns fails the sync
+	// there, as a failure of that step would.
+	testHook func(point string) error
 }
 
 // Open prepares db for syncing and returns its Engine. It creates the

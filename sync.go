@@ -55,7 +55,7 @@ func (e *Engine) Sync(ctx context.Context) (Report, error) {
 		return Report{}, &Error{Op: "sync", Err: err}
 	}
 	defer conn.Close()
-	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}}
+	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}}
 	defer s.cleanup()
 	err = s.run(ctx)
 	return s.report, err
@@ -77,7 +77,7 @@ type syncRun struct {
 	listed        map[string]bool
 	known         map[string]knownFile
 	download      []*downloaded
-	rejectedSizes []*downloaded
+	rejectedSizes map[string]int64
 	maxSeen       int64
 
 	dataVersion int64  // PRAGMA data_version when the pending rows were read
@@ -121,11 +121,27 @@ func (s *syncRun) cleanup() {
 	}
 }
 
+func (s *syncRun) hook(point string) error {
+	if s.e.testHook == nil {
+		return nil
+	}
+	if err := s.e.testHook(point); err != nil {
+		return &Error{Op: point, Err: err}
+	}
+	return nil
+}
+
 func (s *syncRun) run(ctx context.Context) error {
 	if err := s.fetch(ctx); err != nil {
 		return err
 	}
+	if err := s.hook("fetched"); err != nil {
+		return err
+	}
 	if err := s.buildPlan(ctx); err != nil {
+		return err
+	}
+	if err := s.hook("planned"); err != nil {
 		return err
 	}
 	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 {
@@ -136,7 +152,11 @@ func (s *syncRun) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.commit(ctx); err != nil {
+	err := s.hook("uploaded")
+	if err == nil {
+		err = s.commit(ctx)
+	}
+	if err != nil {
 		if s.report.Uploaded != "" {
 			// The changes stay pending and will be sent again with new
 			// versions; take back the file so others do not apply it
@@ -226,6 +246,10 @@ func (s *syncRun) fetch(ctx context.Context) error {
 func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	e := s.e
 	_, device, _ := parsePatchName(d.name)
+	if d.size > e.cfg.MaxFileSize {
+		s.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, e.cfg.MaxFileSize))
+		return nil
+	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // deleted since the listing: nothing to apply
@@ -259,14 +283,18 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		default:
 			err = fmt.Errorf("%w: %w", ErrCorruptFile, err)
 		}
-		e.log.Warn("drivesync: rejected remote file", "file", d.name, "err", err)
-		s.rejectedSizes = append(s.rejectedSizes, d)
-		s.report.Rejected = append(s.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
+		s.reject(d, err)
 		return nil
 	}
 	d.spool = sp
 	s.maxSeen = max(s.maxSeen, maxV)
 	return nil
+}
+
+func (s *syncRun) reject(d *downloaded, err error) {
+	s.e.log.Warn("drivesync: rejected remote file", "file", d.name, "err", err)
+	s.rejectedSizes[d.name] = d.size
+	s.report.Rejected = append(s.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
 }
 
 // countingReader remembers a read error of the underlying remote stream,
@@ -495,6 +523,9 @@ func (s *syncRun) commit(ctx context.Context) error {
 	}
 	err := s.apply(ctx)
 	if err == nil {
+		err = s.hook("applied")
+	}
+	if err == nil {
 		_, err = s.conn.ExecContext(ctx, "COMMIT")
 	}
 	if err != nil {
@@ -697,13 +728,7 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 		}
 	}
 	for _, r := range s.report.Rejected {
-		size := int64(-1)
-		for _, d := range s.rejectedSizes {
-			if d.name == r.Name {
-				size = d.size
-			}
-		}
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, detail) VALUES (?1, 'rejected', ?2, ?3)`, r.Name, size, r.Err.Error()); err != nil {
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, detail) VALUES (?1, 'rejected', ?2, ?3)`, r.Name, s.rejectedSizes[r.Name], r.Err.Error()); err != nil {
 			return err
 		}
 	}

@@ -7,9 +7,9 @@ import (
 )
 
 // Capture: each synced table gets AFTER INSERT, UPDATE and DELETE triggers
-// that mark the record as pending. They store the table and id only, with
-// INSERT OR IGNORE, so a record already pending costs one index lookup
-// and no page write; the content is read when the engine syncs. The
+// that mark the record as pending. They store the table and id only, and
+// only once, so a record already pending costs one index lookup and no
+// page write; the content is read when the engine syncs. The
 // triggers stay silent while sync_control.is_syncing is 1, which the
 // engine sets only inside its own transaction while it writes the app's
 // tables.
@@ -19,8 +19,11 @@ const triggerPrefix = "sync_trg_"
 func triggerSQL(table string) map[string]string {
 	tbl, lit := quoteIdent(table), quoteString(table)
 	when := "WHEN (SELECT is_syncing FROM sync_control) = 0"
+	// Not INSERT OR IGNORE: inside a trigger, the conflict policy of the
+	// app's statement (INSERT OR REPLACE, an UPSERT) overrides the
+	// trigger's own, so the insert must never conflict.
 	mark := func(id string) string {
-		return fmt.Sprintf("INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (%s, %s);", lit, id)
+		return fmt.Sprintf("INSERT INTO sync_pending_changes (table_name, record_id) SELECT %[1]s, %[2]s WHERE NOT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = %[1]s AND record_id = %[2]s);", lit, id)
 	}
 	name := func(op string) string { return triggerPrefix + table + "_" + op }
 	return map[string]string{

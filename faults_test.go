@@ -1,0 +1,451 @@
+package drivesync
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestWritesDuringSync writes on the app's own pool while a sync is
+// between reading the pending rows and committing: the writes stay
+// pending, nothing another device changed is lost, and the next sync
+// sends just the app's edits.
+func TestWritesDuringSync(t *testing.T) {
+	for _, point := range []string{"fetched", "planned", "uploaded"} {
+		t.Run(point, func(t *testing.T) {
+			remote := NewMemoryRemote()
+			a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+			a.put("n1", `{"title":"t","body":"b"}`)
+			a.put("n2", `{"title":"t","body":"b"}`)
+			syncAll(t, a, b)
+			// b changes both records' titles and syncs.
+			b.put("n1", `{"title":"from b","body":"b"}`)
+			b.put("n2", `{"title":"from b","body":"b"}`)
+			b.sync()
+			// a has a pending edit of n1's body; during its sync the app
+			// edits n1 again (already pending) and n2 (not pending), and
+			// creates n3.
+			a.put("n1", `{"title":"t","body":"a1"}`)
+			a.eng.testHook = func(p string) error {
+				if p == point {
+					a.put("n1", `{"title":"t","body":"a2"}`)
+					a.put("n2", `{"title":"t","body":"a-during"}`)
+					a.put("n3", `{"new":true}`)
+				}
+				return nil
+			}
+			a.sync()
+			a.eng.testHook = nil
+			// Nothing lost: b's titles are in, a's during-sync edits are on top.
+			if got, want := a.get("n1"), `{"body":"a2","title":"from b"}`; got != want {
+				t.Errorf("n1 = %s, want %s", got, want)
+			}
+			if got, want := a.get("n2"), `{"body":"a-during","title":"from b"}`; got != want {
+				t.Errorf("n2 = %s, want %s", got, want)
+			}
+			// Writes before the pending rows are read go out in this sync;
+			// later ones stay pending for the next.
+			if wantPending := point != "fetched"; (a.pendingCount() > 0) != wantPending {
+				t.Errorf("pending = %d after writes at %q", a.pendingCount(), point)
+			}
+			syncAll(t, a, b)
+			assertConverged(t, a, b)
+			for id, want := range map[string]string{"n1": `{"body":"a2","title":"from b"}`, "n2": `{"body":"a-during","title":"from b"}`, "n3": `{"new":true}`} {
+				if got := b.get(id); got != want {
+					t.Errorf("b: %s = %s, want %s", id, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDeleteDuringSync: the app deletes a record during a sync that
+// downloads an edit of it: the delete wins locally and goes out next.
+func TestDeleteDuringSync(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	a.put("n", `{"v":1}`)
+	syncAll(t, a, b)
+	b.put("n", `{"v":2}`)
+	b.sync()
+	a.eng.testHook = func(p string) error {
+		if p == "planned" {
+			a.exec(`DELETE FROM notes WHERE id = 'n'`)
+		}
+		return nil
+	}
+	a.sync()
+	a.eng.testHook = nil
+	if got := a.get("n"); got != "" {
+		t.Fatalf("a's row came back during the sync: %s", got)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if got := b.get("n"); got != "" {
+		t.Fatalf("b: the delete did not arrive: %s", got)
+	}
+}
+
+// failingRemote lets a test break one Remote operation.
+type failingRemote struct {
+	Remote
+	createThenFail bool // store the file, then report failure (a crash after upload)
+	failCreate     bool
+	failList       bool
+}
+
+var errInjected = errors.New("injected failure")
+
+func (f *failingRemote) Create(ctx context.Context, name string, r io.Reader) error {
+	if f.failCreate {
+		return errInjected
+	}
+	if err := f.Remote.Create(ctx, name, r); err != nil {
+		return err
+	}
+	if f.createThenFail {
+		return errInjected
+	}
+	return nil
+}
+
+func (f *failingRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
+	if f.failList {
+		return nil, errInjected
+	}
+	return f.Remote.List(ctx, since)
+}
+
+// TestCrashBetweenUploadAndCommit: the file reached the remote but the
+// device never committed. Its changes stay pending; the next sync applies
+// the orphaned file like any other and sends the changes again with newer
+// versions; every device converges.
+func TestCrashBetweenUploadAndCommit(t *testing.T) {
+	mem := NewMemoryRemote()
+	fr := &failingRemote{Remote: mem}
+	a, b := newDevice(t, "dev-a", fr), newDevice(t, "dev-b", mem)
+	a.put("n", `{"v":1}`)
+	fr.createThenFail = true
+	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, ErrRemote) {
+		t.Fatalf("got %v, want ErrRemote", err)
+	}
+	fr.createThenFail = false
+	if a.pendingCount() != 1 {
+		t.Fatal("pending change lost after a failed upload")
+	}
+	files, _ := mem.List(context.Background(), time.Time{})
+	if len(files) != 1 {
+		t.Fatalf("remote has %d files, want the orphan", len(files))
+	}
+	b.put("n", `{"v":2}`) // b edits concurrently, having seen the orphan
+	b.sync()
+	r := a.sync()
+	if len(r.Downloaded) != 2 {
+		t.Fatalf("a applied %v, want its orphan and b's file", r.Downloaded)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	// a's re-sent change is stamped above everything it saw: it wins.
+	if got := b.get("n"); got != `{"v":1}` {
+		t.Fatalf("got %s, want a's re-sent change", got)
+	}
+	// The reservation kept a's new stamps above the orphan's.
+	var reserved, maxV int64
+	a.db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'reserved_version'`).Scan(&reserved)
+	a.db.QueryRow(`SELECT max(sync_version) FROM sync_states`).Scan(&maxV)
+	if reserved < 2 || maxV != reserved {
+		t.Fatalf("reserved %d, max version %d", reserved, maxV)
+	}
+}
+
+// TestFailedCommitDeletesUpload: when the transaction fails after the
+// upload, the uploaded file is taken back and nothing is half-applied.
+func TestFailedCommitDeletesUpload(t *testing.T) {
+	for _, point := range []string{"uploaded", "applied"} {
+		t.Run(point, func(t *testing.T) {
+			remote := NewMemoryRemote()
+			a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+			b.put("from-b", `{"x":1}`)
+			b.sync()
+			a.put("n", `{"v":1}`)
+			before := a.dump()
+			a.eng.testHook = func(p string) error {
+				if p == point {
+					return errInjected
+				}
+				return nil
+			}
+			_, err := a.eng.Sync(context.Background())
+			a.eng.testHook = nil
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("got %v, want the injected failure", err)
+			}
+			files, _ := remote.List(context.Background(), time.Time{})
+			if len(files) != 1 {
+				t.Fatalf("remote has %d files, want only b's (a's upload taken back)", len(files))
+			}
+			if got := a.dump(); got != before {
+				t.Fatalf("a half-applied a failed sync:\n%s\nwant\n%s", got, before)
+			}
+			if a.pendingCount() != 1 {
+				t.Fatal("pending change lost")
+			}
+			syncAll(t, a, b)
+			assertConverged(t, a, b)
+		})
+	}
+}
+
+func TestUploadFailureKeepsEverything(t *testing.T) {
+	mem := NewMemoryRemote()
+	fr := &failingRemote{Remote: mem, failCreate: true}
+	a := newDevice(t, "dev-a", fr)
+	a.put("n", `{"v":1}`)
+	before := a.dump()
+	_, err := a.eng.Sync(context.Background())
+	var de *Error
+	if !errors.Is(err, ErrRemote) || !errors.As(err, &de) || de.Op != "upload" {
+		t.Fatalf("got %v, want an upload *Error wrapping ErrRemote", err)
+	}
+	if a.dump() != before || a.pendingCount() != 1 {
+		t.Fatal("a failed upload changed local state")
+	}
+	fr.failCreate = false
+	if r := a.sync(); r.ChangesSent != 1 {
+		t.Fatalf("retry sent %d changes", r.ChangesSent)
+	}
+}
+
+func TestReopen(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	a.put("n", `{"v":1}`)
+	id := a.eng.DeviceID()
+	// Open again on the same db (a crash leaves is_syncing set: reset).
+	a.exec(`UPDATE sync_control SET is_syncing = 1`)
+	a.cfg.DeviceID = ""
+	a.open()
+	a.open()
+	if a.eng.DeviceID() != id {
+		t.Fatalf("device id changed on reopen: %s -> %s", id, a.eng.DeviceID())
+	}
+	var syncing int
+	a.db.QueryRow(`SELECT is_syncing FROM sync_control`).Scan(&syncing)
+	if syncing != 0 {
+		t.Fatal("is_syncing not reset by Open")
+	}
+	a.put("n2", `{"v":2}`) // triggers still capture, exactly once
+	if n := a.pendingCount(); n != 2 {
+		t.Fatalf("pending = %d, want 2", n)
+	}
+	var triggers int
+	a.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'trigger'`).Scan(&triggers)
+	if triggers != 4 {
+		t.Fatalf("%d triggers, want 4", triggers)
+	}
+	a.cfg.DeviceID = "someone-else"
+	if _, err := Open(context.Background(), a.db, a.cfg); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Fatalf("a changed DeviceID was accepted: %v", err)
+	}
+}
+
+func TestChangingTables(t *testing.T) {
+	remote := NewMemoryRemote()
+	tagSchema := `CREATE TABLE IF NOT EXISTS tags (id TEXT PRIMARY KEY, content TEXT NOT NULL)`
+	a := newDevice(t, "dev-a", remote, notesSchema, tagSchema)
+	b := newDevice(t, "dev-b", remote, notesSchema, tagSchema)
+	// b's app version does not know tags yet; a's does.
+	a.cfg.Tables = append(a.cfg.Tables, Table{Name: "tags"})
+	a.open()
+	a.exec(`INSERT INTO tags (id, content) VALUES ('t1', '{"name":"red"}')`)
+	b.exec(`INSERT INTO tags (id, content) VALUES ('t-local', '{"name":"mine"}')`) // written before b registers tags
+	syncAll(t, a, b)
+	if r := b.sync(); r.Unregistered != 0 {
+		t.Fatalf("report %+v", r)
+	}
+	var n int
+	b.db.QueryRow(`SELECT count(*) FROM tags`).Scan(&n)
+	if n != 1 {
+		t.Fatalf("b wrote an unregistered table: %d rows", n)
+	}
+	// b upgrades and registers tags: the synced record appears, its own
+	// row is sent.
+	b.cfg.Tables = append(b.cfg.Tables, Table{Name: "tags"})
+	b.open()
+	var content string
+	if err := b.db.QueryRow(`SELECT content FROM tags WHERE id = 't1'`).Scan(&content); err != nil || content != `{"name":"red"}` {
+		t.Fatalf("t1 after registering: %q %v", content, err)
+	}
+	syncAll(t, a, b)
+	a.db.QueryRow(`SELECT count(*) FROM tags`).Scan(&n)
+	if n != 2 {
+		t.Fatalf("a has %d tags, want 2", n)
+	}
+	// Unregistering drops the triggers.
+	b.cfg.Tables = b.cfg.Tables[:1]
+	b.open()
+	b.exec(`UPDATE tags SET content = '{"name":"x"}' WHERE id = 't1'`)
+	if b.pendingCount() != 0 {
+		t.Fatal("an unregistered table is still captured")
+	}
+}
+
+func TestOpenRejectsUnsuitableTables(t *testing.T) {
+	remote := NewMemoryRemote()
+	d := newDevice(t, "dev-a", remote,
+		notesSchema,
+		`CREATE TABLE intkey (id INTEGER PRIMARY KEY, content TEXT)`,
+		`CREATE TABLE nocontent (id TEXT PRIMARY KEY, body TEXT)`,
+		`CREATE TABLE composite (id TEXT, k TEXT, content TEXT, PRIMARY KEY (id, k))`)
+	for name, want := range map[string]string{
+		"missing":                 "does not exist",
+		"intkey":                  "TEXT PRIMARY KEY",
+		"nocontent":               "no column content",
+		"composite":               "composite primary key",
+		"notes; DROP TABLE notes": "not a plain identifier",
+		"sqlite_master":           "reserved by SQLite",
+		"sync_states":             "drivesync's own",
+	} {
+		cfg := d.cfg
+		cfg.Tables = []Table{{Name: name}}
+		_, err := Open(context.Background(), d.db, cfg)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open with table %q: got %v, want an error saying %q", name, err, want)
+		}
+	}
+	var n int
+	d.db.QueryRow(`SELECT count(*) FROM notes`).Scan(&n) // notes still there
+}
+
+// writeRaw puts a hand-made patch file on the remote.
+func writeRaw(t *testing.T, r Remote, name string, gz bool, body string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if gz {
+		w := gzip.NewWriter(&buf)
+		w.Write([]byte(body))
+		w.Close()
+	} else {
+		buf.WriteString(body)
+	}
+	if err := r.Create(context.Background(), name, &buf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHostileFiles(t *testing.T) {
+	const dev = "evil-device"
+	entry := func(table, record, patch string, version string) string {
+		return fmt.Sprintf(`{"format":1,"device":%q,"changes":[{"table_name":%q,"record_id":%q,"patch":%s,"is_deleted":false,"sync_version":%s}]}`, dev, table, record, patch, version)
+	}
+	tests := []struct {
+		name string
+		gz   bool
+		body string
+		want error
+	}{
+		{"not gzip", false, "hello", ErrCorruptFile},
+		{"not json", true, "{{{", ErrCorruptFile},
+		{"sql in table name", true, entry("notes; DROP TABLE notes", "x", `{"a":1}`, "5"), ErrCorruptFile},
+		{"sqlite_master", true, entry("sqlite_master", "x", `{"a":1}`, "5"), ErrCorruptFile},
+		{"engine table", true, entry("sync_states", "x", `{"a":1}`, "5"), ErrCorruptFile},
+		{"version as string", true, entry("notes", "x", `{"a":1}`, `"5"`), ErrCorruptFile},
+		{"version too large", true, entry("notes", "x", `{"a":1}`, "9223372036854775807"), ErrCorruptFile},
+		{"patch as array", true, entry("notes", "x", `[1,2]`, "5"), ErrCorruptFile},
+		{"empty record id", true, entry("notes", "", `{"a":1}`, "5"), ErrCorruptFile},
+		{"deep nesting", true, entry("notes", "x", strings.Repeat(`{"a":`, 10000)+"1"+strings.Repeat("}", 10000), "5"), ErrCorruptFile},
+		{"future format", true, `{"format":99,"device":"evil-device","changes":[]}`, ErrUnsupportedFormat},
+		{"lying device", true, `{"format":1,"device":"dev-b","changes":[]}`, ErrCorruptFile},
+		{"truncated", true, `{"format":1,"device":"evil-device","changes":[{"table_name":"notes"`, ErrCorruptFile},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			remote := NewMemoryRemote()
+			a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+			a.put("good-before", `{"v":1}`)
+			a.sync()
+			bad := fmt.Sprintf("2026/01/01/patch_20260101T000000.%03dZ_%s.json.gz", i, dev)
+			writeRaw(t, remote, bad, tt.gz, tt.body)
+			a.put("good-after", `{"v":2}`)
+			a.sync()
+			b.put("mine", `{"v":3}`)
+			before := b.get("mine")
+			r := b.sync()
+			if len(r.Rejected) != 1 || r.Rejected[0].Name != bad || !errors.Is(r.Rejected[0].Err, tt.want) {
+				t.Fatalf("rejected %v, want %s with %v", r.Rejected, bad, tt.want)
+			}
+			if !strings.Contains(r.Rejected[0].Err.Error(), bad) {
+				t.Errorf("error %q does not name the file", r.Rejected[0].Err)
+			}
+			if r.Uploaded == "" || len(r.Downloaded) != 2 {
+				t.Fatalf("a bad file stopped the rest: %+v", r)
+			}
+			if b.get("good-before") == "" || b.get("good-after") == "" || b.get("mine") != before {
+				t.Fatal("good files not applied or local data touched")
+			}
+			var tables int
+			b.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'notes'`).Scan(&tables)
+			if tables != 1 {
+				t.Fatal("notes table is gone")
+			}
+			// Rejected once, not downloaded again while unchanged.
+			if r := b.sync(); len(r.Rejected) != 0 {
+				t.Fatalf("rejected again: %v", r.Rejected)
+			}
+		})
+	}
+}
+
+func TestUnregisteredTableInFile(t *testing.T) {
+	remote := NewMemoryRemote()
+	b := newDevice(t, "dev-b", remote)
+	writeRaw(t, remote, "2026/01/01/patch_20260101T000000.000Z_dev-x.json.gz", true,
+		`{"format":1,"device":"dev-x","changes":[{"table_name":"future_table","record_id":"r","patch":{"a":1},"sync_version":3},{"table_name":"notes","record_id":"n","patch":{"a":1},"sync_version":4}]}`)
+	r := b.sync()
+	if r.Unregistered != 1 || r.ChangesReceived != 2 || len(r.Rejected) != 0 {
+		t.Fatalf("report %+v", r)
+	}
+	if b.get("n") != `{"a":1}` {
+		t.Fatal("registered change not applied")
+	}
+}
+
+func TestGzipBomb(t *testing.T) {
+	remote := NewMemoryRemote()
+	b := newDevice(t, "dev-b", remote)
+	b.cfg.MaxExpandedSize = 1 << 20
+	b.open()
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	w.Write([]byte(`{"format":1,"device":"dev-x","changes":[{"table_name":"notes","record_id":"r","patch":{"a":"`))
+	filler := bytes.Repeat([]byte("a"), 1<<20)
+	for range 64 { // 64 MiB expanded, ~64 KiB compressed
+		w.Write(filler)
+	}
+	w.Close()
+	remote.Create(context.Background(), "2026/01/01/patch_20260101T000000.000Z_dev-x.json.gz", &buf)
+	r := b.sync()
+	if len(r.Rejected) != 1 || !errors.Is(r.Rejected[0].Err, ErrFileTooLarge) {
+		t.Fatalf("rejected %v, want ErrFileTooLarge", r.Rejected)
+	}
+	b.cfg.MaxFileSize = 1000
+	b.open()
+	buf.Reset()
+	w = gzip.NewWriter(&buf)
+	noise := make([]byte, 5000)
+	rand.Read(noise)
+	w.Write(noise)
+	w.Close()
+	remote.Create(context.Background(), "2026/01/01/patch_20260101T000001.000Z_dev-x.json.gz", &buf)
+	r = b.sync()
+	if len(r.Rejected) != 1 || !errors.Is(r.Rejected[0].Err, ErrFileTooLarge) {
+		t.Fatalf("rejected %v, want ErrFileTooLarge for the compressed limit", r.Rejected)
+	}
+}
