@@ -158,7 +158,7 @@ func TestCrashBetweenUploadAndCommit(t *testing.T) {
 	}
 	// The reservation kept a's new stamps above the orphan's.
 	var reserved, maxV int64
-	a.db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'reserved_version'`).Scan(&reserved)
+	a.db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'max_version'`).Scan(&reserved)
 	a.db.QueryRow(`SELECT max(sync_version) FROM sync_states`).Scan(&maxV)
 	if reserved < 2 || maxV != reserved {
 		t.Fatalf("reserved %d, max version %d", reserved, maxV)

@@ -162,6 +162,7 @@ type fileChange struct {
 const (
 	planNoop         = 1 << 0 // pending record whose content did not change
 	planRowCanonical = 1 << 1 // the app's row already holds the canonical content
+	planNoState      = 1 << 2 // sync_states had no row for the record
 )
 
 // decodePatchFile reads a whole patch file from r (gzip), validates every

@@ -24,6 +24,10 @@ import (
 // pending record costs one index lookup) and the content read at sync time
 // is the latest anyway.
 //
+// sync_meta.max_version replaces an index on sync_states.sync_version: a
+// sync needs the largest version once, and keeping a maximum costs one
+// row write per sync where an index costs a write per record.
+//
 // sync_states.record_data is canonical JSON text (see internal/jsonv), and
 // clock holds the stamp of every member path (see patch.go). Both are
 // derived only from the patches applied, so every device stores the same
@@ -49,7 +53,6 @@ CREATE TABLE IF NOT EXISTS sync_states (
 	is_deleted INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (table_name, record_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS sync_states_sync_version ON sync_states (sync_version);
 CREATE TABLE IF NOT EXISTS sync_meta (
 	key TEXT PRIMARY KEY,
 	value TEXT NOT NULL
@@ -64,11 +67,11 @@ UPDATE sync_control SET is_syncing = 0;
 `
 
 const (
-	metaDeviceID        = "device_id"
-	metaCursor          = "cursor"           // remote time of the newest file seen
-	metaReservedVersion = "reserved_version" // versions up to this may be on the remote
-	metaSchema          = "schema_version"
-	schemaVersion       = "1"
+	metaDeviceID   = "device_id"
+	metaCursor     = "cursor"      // remote time of the newest file seen
+	metaMaxVersion = "max_version" // the largest version seen or reserved: new stamps go above it
+	metaSchema     = "schema_version"
+	schemaVersion  = "1"
 )
 
 // Names of the engine's tables, which an app table may not use.
@@ -106,6 +109,7 @@ type tableInfo struct {
 	columns []string // projection columns, filled from content's same-named keys
 
 	upsertSQL string // ?1 id, ?2 canonical content
+	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
 	deleteSQL string // ?1 id
 	readSQL   string // ?1 id -> content as JSON text, or no row
 	// canonicalSQL selects, for ?1 id and ?2 canonical content, whether the
@@ -189,6 +193,11 @@ func (ti *tableInfo) buildSQL() {
 	}
 	ti.upsertSQL = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
 		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
+	assign := make([]string, 0, len(cols)-1)
+	for i := 1; i < len(cols); i++ {
+		assign = append(assign, cols[i]+" = "+vals[i])
+	}
+	ti.updateSQL = fmt.Sprintf("UPDATE %s SET %s WHERE id = ?1", tbl, strings.Join(assign, ", "))
 	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
 	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
 	ti.canonicalSQL = fmt.Sprintf("SELECT %s FROM %s WHERE id = ?1", strings.Join(same, " AND "), tbl)

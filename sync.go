@@ -83,8 +83,7 @@ type syncRun struct {
 	dataVersion int64  // PRAGMA data_version when the pending rows were read
 	plan        *spool // every pending record, in version order
 	upload      *os.File
-	sent        int   // changes in the upload file
-	reserved    int64 // the largest version in it
+	sent        int // changes in the upload file
 
 	dirty   bool // another connection committed since the pending rows were read
 	pending map[recordKey]pendingEdit
@@ -324,15 +323,12 @@ func (s *syncRun) buildPlan(ctx context.Context) (err error) {
 		return &Error{Op: "sync", Err: err}
 	}
 	defer s.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT") // read-only: ends the snapshot
-	var stateMax sql.NullInt64
-	if err := s.conn.QueryRowContext(ctx, `SELECT max(sync_version) FROM sync_states`).Scan(&stateMax); err != nil {
-		return &Error{Op: "sync", Err: err}
-	}
-	reserved, err := getMetaInt(ctx, s.conn, metaReservedVersion)
+	seen, err := getMetaInt(ctx, s.conn, metaMaxVersion)
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	versions := newVersionCounter(max(s.maxSeen, stateMax.Int64, reserved))
+	s.maxSeen = max(s.maxSeen, seen)
+	versions := newVersionCounter(s.maxSeen)
 
 	if s.plan, err = newSpool(e.cfg.TempDir); err != nil {
 		return err
@@ -383,7 +379,7 @@ func (s *syncRun) buildPlan(ctx context.Context) (err error) {
 		if err := pw.close(); err != nil {
 			return &Error{Op: "write upload", Err: err}
 		}
-		s.reserved = versions.last()
+		s.maxSeen = versions.last()
 	}
 	return nil
 }
@@ -416,6 +412,9 @@ ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
 // (and the record reported) when its content cannot be synced.
 func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sql.NullString, rowCanonical bool, synced sql.NullString, syncedDeleted bool) (c fileChange, skip bool) {
 	c = fileChange{table: t.name, record: id}
+	if !synced.Valid {
+		c.flags |= planNoState
+	}
 	var old *jsonv.Value
 	if synced.Valid && !syncedDeleted {
 		v, err := jsonv.ParseObject([]byte(synced.String), jsonv.Options{})
@@ -479,7 +478,7 @@ func (s *syncRun) send(ctx context.Context) error {
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "reserve versions", Err: err}
 	}
-	if err := setMeta(ctx, s.conn, metaReservedVersion, strconv.FormatInt(s.reserved, 10)); err != nil {
+	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
 		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return &Error{Op: "reserve versions", Err: err}
 	}
@@ -560,6 +559,9 @@ func (s *syncRun) apply(ctx context.Context) error {
 	if err := s.plan.each(func(c fileChange) error { return s.applyOwn(ctx, c) }); err != nil {
 		return err
 	}
+	if err := s.clearPending(ctx); err != nil {
+		return err
+	}
 	for i, d := range s.download {
 		_, device, _ := parsePatchName(d.name)
 		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c, device) })
@@ -588,51 +590,86 @@ func (s *syncRun) apply(ctx context.Context) error {
 // app's row and pending mark.
 func (s *syncRun) applyOwn(ctx context.Context, c fileChange) error {
 	t := s.e.tables[c.table]
-	st, err := s.loadState(ctx, c.table, c.record)
-	if err != nil {
-		return err
+	st := &recordState{node: &node{}}
+	if c.flags&planNoState == 0 {
+		// Only this engine writes sync_states, so a record it had no
+		// state for when planning still has none.
+		var err error
+		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
+			return err
+		}
 	}
 	if c.flags&planNoop == 0 {
 		if err := s.mergeChange(ctx, st, c, s.e.deviceID); err != nil {
 			return err
 		}
 	}
-	key := recordKey{c.table, c.record}
 	if s.dirty {
 		same, err := s.rowMatches(ctx, t, c.record, st.node)
 		if err != nil {
 			return err
 		}
+		key := recordKey{c.table, c.record}
 		if !same {
 			// Written again while we synced: keep it pending and lay
 			// those writes over the merged state at the end.
-			base := st.node.value()
-			if !st.node.exists() {
-				s.pending[key] = pendingEdit{}
-			} else {
-				s.pending[key] = pendingEdit{base: &base}
+			pe := pendingEdit{}
+			if st.node.exists() {
+				base := st.node.value()
+				pe.base = &base
 			}
+			s.pending[key] = pe
 			return nil
 		}
+		if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, c.table, c.record); err != nil {
+			return err
+		}
+	} // else clearPending removes all pending marks at once
+	if c.flags&planRowCanonical != 0 || !st.node.exists() {
+		return nil // the row already holds exactly this content, or is gone
 	}
-	if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, c.table, c.record); err != nil {
-		return err
+	// The row exists (its content is what was planned): update in place.
+	if err := s.exec(ctx, t.updateSQL, c.record, string(jsonv.Encode(st.node.value()))); err != nil {
+		return &Error{Op: "write", Table: t.name, Record: c.record, Err: err}
 	}
-	if c.flags&planRowCanonical != 0 {
-		return nil // the row already holds exactly this content
+	return nil
+}
+
+// clearPending removes, when nothing else wrote during the sync, every
+// pending mark the plan covered, in one statement: the pending table then
+// holds exactly the records planned or skipped.
+func (s *syncRun) clearPending(ctx context.Context) error {
+	if s.dirty {
+		return nil // cleared one by one in applyOwn
 	}
-	return s.writeRow(ctx, t, c.record, st.node)
+	for _, t := range s.e.order {
+		if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1`, t.name); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.report.Skipped {
+		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, r.Table, r.Record); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applyReceived merges one change from another file.
 func (s *syncRun) applyReceived(ctx context.Context, c fileChange, device string) error {
-	st, err := s.loadState(ctx, c.table, c.record)
+	st, err := s.createState(ctx, c, device)
 	if err != nil {
 		return err
 	}
-	before := st.data
-	if err := s.mergeChange(ctx, st, c, device); err != nil || !st.changed {
-		return err
+	var before *jsonv.Value
+	if st == nil { // the record has a state: merge into it
+		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
+			return err
+		}
+		before = st.data
+		if err := s.mergeChange(ctx, st, c, device); err != nil || !st.changed {
+			return err
+		}
 	}
 	t := s.e.tables[c.table]
 	if t == nil {
@@ -741,6 +778,9 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 			}
 		}
 	}
+	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
+		return err
+	}
 	if s.cursor.IsZero() {
 		return nil
 	}
@@ -811,21 +851,10 @@ func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordS
 
 // mergeChange applies c, stamped by device, to st and stores the result.
 func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange, device string) error {
-	at := stamp{version: c.version, device: device}
-	if c.deleted {
-		st.node.applyDelete(at)
-	} else {
-		p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
-		if err != nil {
-			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-		}
-		st.node.applyPatch(p, at)
+	if err := applyChange(st.node, c, device); err != nil {
+		return err
 	}
-	data := "{}"
-	if st.node.exists() {
-		data = string(jsonv.Encode(st.node.value()))
-	}
-	clock := string(encodeClock(st.node))
+	data, clock := encodeState(st.node)
 	if data+"\x00"+clock == st.stored {
 		return nil
 	}
@@ -840,6 +869,54 @@ ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_
 		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
 	return nil
+}
+
+// createState stores the state c alone gives, if the record has none
+// yet, and returns it; it returns nil if the record already has a state.
+// A received record is usually new, so trying the insert first saves a
+// lookup.
+func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
+	n := &node{}
+	if err := applyChange(n, c, device); err != nil {
+		return nil, err
+	}
+	data, clock := encodeState(n)
+	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, n.stamp.version, n.stamp.device, !n.exists())
+	if err != nil {
+		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	if k, err := res.RowsAffected(); err != nil || k == 0 {
+		return nil, err
+	}
+	return &recordState{node: n, changed: true}, nil
+}
+
+func applyChange(n *node, c fileChange, device string) error {
+	at := stamp{version: c.version, device: device}
+	if c.deleted {
+		n.applyDelete(at)
+		return nil
+	}
+	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
+	if err != nil {
+		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	n.applyPatch(p, at)
+	return nil
+}
+
+// encodeState returns what sync_states stores for a record.
+func encodeState(n *node) (data, clock string) {
+	data = "{}"
+	if n.exists() {
+		data = string(jsonv.Encode(n.value()))
+	}
+	return data, string(encodeClock(n))
 }
 
 // stmt returns a statement prepared once per sync on the sync's conn.

@@ -266,9 +266,6 @@ func printReport(w io.Writer, r drivesync.Report) {
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "not sent %s/%s: %v\n", s.Table, s.Record, s.Err)
 	}
-	if r.Unregistered > 0 {
-		fmt.Fprintf(w, "%s to tables this app does not know, kept for later\n", plural(r.Unregistered, "change"))
-	}
 }
 
 // summary says in one line what a sync did.
@@ -360,12 +357,12 @@ func demo(ctx context.Context, w io.Writer) error {
 	if desktopWon {
 		fmt.Fprintln(w, "\ndesktop's edit wins on both devices: the device that syncs later wins")
 	}
-	agree := slices.Equal(lists[0], lists[1])
-	fmt.Fprintln(w, "both devices agree:", map[bool]string{true: "yes", false: "no"}[agree])
-	switch {
-	case !agree:
+	if !slices.Equal(lists[0], lists[1]) {
+		fmt.Fprintln(w, "both devices agree: no")
 		return errors.New("the devices did not converge")
-	case !desktopWon:
+	}
+	fmt.Fprintln(w, "both devices agree: yes")
+	if !desktopWon {
 		return errors.New("the edit synced last did not win")
 	}
 	return nil

@@ -1,0 +1,233 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Speed targets are measured as ratios against a baseline taken in the
+// same run, so a noisy shared machine moves both sides alike.
+
+const benchSchema = `
+CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT);
+CREATE TABLE plain (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT);`
+
+func benchContent(i int) string {
+	return fmt.Sprintf(`{"title":"note %d","body":"a typical note body of a few dozen words, written by the user on one of their devices","tags":{"t1":true},"updated_at":"2026-11-22T10:00:00Z","deleted_at":null,"n":%d}`, i, i)
+}
+
+func openBenchDB(b *testing.B, remote Remote) (*sql.DB, *Engine) {
+	b.Helper()
+	db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "bench.db")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(benchSchema); err != nil {
+		b.Fatal(err)
+	}
+	eng, err := Open(context.Background(), db, Config{Remote: remote, Tables: []Table{{Name: "notes"}}, TempDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, eng
+}
+
+// BenchmarkCapture compares write transactions on a synced table with the
+// same writes on an identical unsynced table, interleaved.
+func BenchmarkCapture(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		rows   int  // rows per transaction
+		update bool // update existing rows instead of inserting
+		fresh  bool // the updated rows were synced (not pending) before
+	}{
+		{"insert/1", 1, false, false},
+		{"update/1", 1, true, false},
+		{"update-after-sync/1", 1, true, true},
+		{"insert/1000", 1000, false, false},
+		{"update/1000", 1000, true, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			db, _ := openBenchDB(b, NewMemoryRemote())
+			db.SetMaxOpenConns(1)
+			ids := make([]string, 10000)
+			for i := range ids {
+				ids[i] = uuid.NewString()
+				for _, tbl := range []string{"notes", "plain"} {
+					if _, err := db.Exec(`INSERT INTO `+tbl+` (id, content, title) VALUES (?, jsonb(?), 'x')`, ids[i], benchContent(i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			var synced, plain time.Duration
+			write := func(tbl string, iter int) time.Duration {
+				start := time.Now()
+				tx, err := db.Begin()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for j := range bc.rows {
+					k := iter*bc.rows + j
+					if bc.update {
+						_, err = tx.Exec(`UPDATE `+tbl+` SET content = jsonb(?), title = ? WHERE id = ?`, benchContent(k), "t", ids[k%len(ids)])
+					} else {
+						_, err = tx.Exec(`INSERT INTO `+tbl+` (id, content, title) VALUES (?, jsonb(?), 'x')`, fmt.Sprintf("%s-%d", tbl, k), benchContent(k))
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			for i := 0; b.Loop(); i++ {
+				if bc.fresh {
+					b.StopTimer()
+					db.Exec(`DELETE FROM sync_pending_changes`)
+					b.StartTimer()
+				}
+				if i%2 == 0 { // alternate which goes first
+					plain += write("plain", i)
+					synced += write("notes", i)
+				} else {
+					synced += write("notes", i)
+					plain += write("plain", i)
+				}
+			}
+			b.ReportMetric(float64(synced)/float64(plain), "x-unsynced")
+			b.ReportMetric(float64(synced.Nanoseconds())/float64(b.N*bc.rows), "ns/synced-row")
+		})
+	}
+}
+
+// heapPeak samples the live heap until stop is called.
+func heapPeak() (stop func() uint64) {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// runtime/metrics, unlike ReadMemStats, does not stop the world,
+		// so sampling does not slow the sync it measures.
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(sample)
+			if v := sample[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return func() uint64 { close(done); wg.Wait(); return peak.Load() }
+}
+
+// insertPlain is the baseline: plainly inserting n rows in one transaction.
+func insertPlain(b *testing.B, db *sql.DB, table string, n int) time.Duration {
+	start := time.Now()
+	tx, err := db.Begin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := tx.Prepare(`INSERT INTO ` + table + ` (id, content, title) VALUES (?, jsonb(?), ?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		if _, err := st.Exec(uuid.NewString(), benchContent(i), fmt.Sprint("note ", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st.Close()
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkSyncUpload measures a sync that sends n pending new records,
+// against plainly inserting n rows.
+func BenchmarkSyncUpload(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var syncT, plainT time.Duration
+			var peak uint64
+			for b.Loop() {
+				b.StopTimer()
+				remote, err := NewFolderRemote(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				db, eng := openBenchDB(b, remote)
+				insertPlain(b, db, "notes", n) // captured: n pending records
+				plainT += insertPlain(b, db, "plain", n)
+				runtime.GC()
+				b.StartTimer()
+				stop := heapPeak()
+				start := time.Now()
+				r, err := eng.Sync(context.Background())
+				syncT += time.Since(start)
+				peak = max(peak, stop())
+				if err != nil || r.ChangesSent != n {
+					b.Fatalf("sent %d, err %v", r.ChangesSent, err)
+				}
+			}
+			b.ReportMetric(float64(syncT)/float64(plainT), "x-insert")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+		})
+	}
+}
+
+// BenchmarkSyncApply measures a sync that receives n new records from
+// another device, against plainly inserting n rows.
+func BenchmarkSyncApply(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var syncT, plainT time.Duration
+			var peak uint64
+			for b.Loop() {
+				b.StopTimer()
+				remote, err := NewFolderRemote(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				srcDB, src := openBenchDB(b, remote)
+				insertPlain(b, srcDB, "notes", n)
+				if _, err := src.Sync(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				db, eng := openBenchDB(b, remote)
+				plainT += insertPlain(b, db, "plain", n)
+				runtime.GC()
+				b.StartTimer()
+				stop := heapPeak()
+				start := time.Now()
+				r, err := eng.Sync(context.Background())
+				syncT += time.Since(start)
+				peak = max(peak, stop())
+				if err != nil || r.ChangesReceived != n {
+					b.Fatalf("received %d, err %v", r.ChangesReceived, err)
+				}
+			}
+			b.ReportMetric(float64(syncT)/float64(plainT), "x-insert")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+		})
+	}
+}

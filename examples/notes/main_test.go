@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDemo(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run([]string{"demo"}, &out, &errOut); err != nil {
+		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	for _, want := range []string{"desktop's edit wins", "both devices agree: yes"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// cli runs notes commands as one device: its own database, the shared folder.
+type cli struct {
+	t      *testing.T
+	db     string
+	remote string
+}
+
+func (c cli) run(args ...string) string {
+	c.t.Helper()
+	var out, errOut bytes.Buffer
+	args = append([]string{"-db", c.db, "-remote", c.remote}, args...)
+	if err := run(args, &out, &errOut); err != nil {
+		c.t.Fatalf("notes %s: %v\nstderr: %s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String()
+}
+
+// rows counts the note's rows, soft-deleted or not.
+func (c cli) rows(id string) int {
+	c.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+c.db)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM notes WHERE id = ?`, id).Scan(&n); err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+func TestTwoDevices(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	dir := t.TempDir()
+	remote := t.TempDir()
+	a := cli{t, filepath.Join(dir, "a.db"), remote}
+	b := cli{t, filepath.Join(dir, "b.db"), remote}
+
+	first := strings.TrimSpace(a.run("add", "first note"))
+	second := strings.TrimSpace(a.run("add", "second note"))
+	if len(first) != 36 || len(second) != 36 || first == second {
+		t.Fatalf("add printed ids %q and %q, want two UUIDs", first, second)
+	}
+	if got := a.run("sync"); !strings.Contains(got, "sent 2 changes") || !strings.Contains(got, "uploaded ") {
+		t.Errorf("a sync: %q", got)
+	}
+	if got := b.run("sync"); !strings.Contains(got, "received 2 changes from 1 file") {
+		t.Errorf("b sync: %q", got)
+	}
+	list := b.run("list")
+	for _, want := range []string{first, "first note", second, "second note"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("b lists %q, want it to contain %q", list, want)
+		}
+	}
+
+	// An edit on b shows on a once both have synced.
+	b.run("edit", first, "first note, edited")
+	b.run("sync")
+	a.run("sync")
+	if list := a.run("list"); !strings.Contains(list, "first note, edited") {
+		t.Errorf("a lists %q after b's edit", list)
+	}
+
+	// A soft delete hides the note on both devices, but the row stays.
+	a.run("delete", second)
+	a.run("sync")
+	b.run("sync")
+	for _, c := range []cli{a, b} {
+		if list := c.run("list"); strings.Contains(list, second) || !strings.Contains(list, first) {
+			t.Errorf("%s lists %q after soft delete", c.db, list)
+		}
+		if n := c.rows(second); n != 1 {
+			t.Errorf("%s has %d rows for the soft-deleted note, want 1", c.db, n)
+		}
+	}
+
+	// A purge removes the row on both devices.
+	b.run("purge", second)
+	b.run("sync")
+	a.run("sync")
+	for _, c := range []cli{a, b} {
+		if n := c.rows(second); n != 0 {
+			t.Errorf("%s has %d rows for the purged note, want 0", c.db, n)
+		}
+		if n := c.rows(first); n != 1 {
+			t.Errorf("%s has %d rows for the kept note, want 1", c.db, n)
+		}
+	}
+	if got := a.run("sync"); strings.TrimSpace(got) != "up to date" {
+		t.Errorf("a's last sync printed %q, want up to date", got)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	t.Setenv("NOTES_REMOTE", "")
+	db := filepath.Join(t.TempDir(), "notes.db")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-db", db, "sync"}, "NOTES_REMOTE"},
+		{[]string{"-db", db, "-remote", filepath.Join(t.TempDir(), "missing"), "sync"}, "does not exist"},
+		{[]string{"-db", db, "-remote", t.TempDir(), "edit", "nope", "text"}, "no note with id nope"},
+		{[]string{"-db", db, "-remote", t.TempDir(), "add"}, "add takes 1 argument"},
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(tt.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+}
