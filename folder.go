@@ -56,7 +56,7 @@ func NewFolderRemote(dir string) (*FolderRemote, error) {
 	info, err := os.Stat(abs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("folder remote: folder %s does not exist; create it, or check that the drive holding it is mounted: %w", abs, fs.ErrNotExist)
+		return nil, &missingFolderError{abs}
 	case err != nil:
 		return nil, fmt.Errorf("folder remote: %w", err)
 	case !info.IsDir():
@@ -64,6 +64,15 @@ func NewFolderRemote(dir string) (*FolderRemote, error) {
 	}
 	return &FolderRemote{dir: abs}, nil
 }
+
+// missingFolderError matches fs.ErrNotExist without repeating its text.
+type missingFolderError struct{ dir string }
+
+func (e *missingFolderError) Error() string {
+	return "folder remote: folder " + e.dir + " does not exist; create it, or check that the drive holding it is mounted"
+}
+
+func (e *missingFolderError) Unwrap() error { return fs.ErrNotExist }
 
 // path maps a checked name to its place on disk.
 func (r *FolderRemote) path(name string) string {

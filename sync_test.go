@@ -218,3 +218,32 @@ func TestNestedDictionariesMerge(t *testing.T) {
 		t.Fatalf("got %s, want both tags %s", got, want)
 	}
 }
+
+// TestCaptureUnderConflictPolicies: the app's statements may carry any
+// conflict policy; capture must neither fail nor miss a change.
+func TestCaptureUnderConflictPolicies(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	for _, q := range []string{
+		`INSERT INTO notes (id, content) VALUES ('a', jsonb('{"v":1}'))`,
+		`UPDATE notes SET content = jsonb('{"v":2}')`,
+		`INSERT OR REPLACE INTO notes (id, content) VALUES ('a', jsonb('{"v":3}'))`,
+		`INSERT INTO notes (id, content) VALUES ('a', jsonb('{"v":4}')) ON CONFLICT (id) DO UPDATE SET content = excluded.content`,
+		`INSERT OR ROLLBACK INTO notes (id, content) VALUES ('b', jsonb('{"v":1}'))`,
+		`UPDATE OR ROLLBACK notes SET content = jsonb('{"v":5}') WHERE id = 'a'`,
+		`UPDATE OR FAIL notes SET content = jsonb('{"v":6}') WHERE id = 'b'`,
+		`REPLACE INTO notes (id, content) VALUES ('c', jsonb('{"v":1}'))`,
+		`INSERT OR ABORT INTO notes (id, content) VALUES ('d', jsonb('{"v":1}'))`,
+		`DELETE FROM notes WHERE id = 'd'`,
+		`UPDATE notes SET id = 'e' WHERE id = 'c'`,
+	} {
+		a.exec(q)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	for id, want := range map[string]string{"a": `{"v":5}`, "b": `{"v":6}`, "c": "", "d": "", "e": `{"v":1}`} {
+		if got := b.get(id); got != want {
+			t.Errorf("%s = %q, want %q", id, got, want)
+		}
+	}
+}

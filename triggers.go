@@ -20,10 +20,11 @@ func triggerSQL(table string) map[string]string {
 	tbl, lit := quoteIdent(table), quoteString(table)
 	when := "WHEN (SELECT is_syncing FROM sync_control) = 0"
 	// Not INSERT OR IGNORE: inside a trigger, the conflict policy of the
-	// app's statement (INSERT OR REPLACE, an UPSERT) overrides the
-	// trigger's own, so the insert must never conflict.
+	// app's statement (INSERT OR REPLACE, UPDATE OR ROLLBACK, an UPSERT's
+	// default ABORT) replaces an OR clause of the trigger's own. An
+	// UPSERT clause is kept whatever the app's statement says.
 	mark := func(id string) string {
-		return fmt.Sprintf("INSERT INTO sync_pending_changes (table_name, record_id) SELECT %[1]s, %[2]s WHERE NOT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = %[1]s AND record_id = %[2]s);", lit, id)
+		return fmt.Sprintf("INSERT INTO sync_pending_changes (table_name, record_id) VALUES (%s, %s) ON CONFLICT DO NOTHING;", lit, id)
 	}
 	name := func(op string) string { return triggerPrefix + table + "_" + op }
 	return map[string]string{

@@ -1,0 +1,78 @@
+// Package drivesync keeps one user's SQLite database in sync across that
+// user's devices through storage the user already owns — a Google Drive
+// folder, or any folder that Dropbox, iCloud Drive, Syncthing, a network
+// share or a USB stick carries between machines — with no server.
+//
+// # Using it
+//
+// The app keeps its own *sql.DB (drivesync never opens SQLite itself) and
+// registers the tables to sync:
+//
+//	eng, err := drivesync.Open(ctx, db, drivesync.Config{
+//		Remote: remote, // drivesync.NewFolderRemote(dir), ...
+//		Tables: []drivesync.Table{{Name: "notes"}},
+//	})
+//	...
+//	report, err := eng.Sync(ctx) // on start, on exit, on "Sync now"
+//
+// A synced table has id TEXT PRIMARY KEY, a content column holding the
+// record as a JSON object (JSONB or text), and any other columns, which
+// are projections of the same-named top-level keys of content: when the
+// engine writes a row it fills them from content. The app reads and
+// writes the table with plain SQL; triggers record which rows changed.
+//
+// # The sync cycle
+//
+// Each Sync lists the remote and downloads the patch files of other
+// devices it has not applied yet; diffs each locally changed record
+// against its last synced state from before those downloads; stamps the
+// changes with Lamport versions above everything it has seen; uploads
+// them as one gzip file of RFC 7396 merge patches; and applies everything
+// to the synced state (table sync_states) and the app's tables in one
+// transaction. Nothing is ever overwritten on the remote, so devices need
+// no lock and the remote may be eventually consistent.
+//
+// # Conflicts
+//
+// Every member path of a record carries the stamp (version, device id) of
+// its last write. The state after any set of patch files is the state
+// after applying them in stamp order, whatever order they arrive in and
+// however often: devices that have seen the same files are byte-identical.
+// In practice:
+//
+//   - Edits of different fields, or of different keys of a nested object,
+//     on different devices all survive. Keep small collections as objects
+//     keyed by id ({"tags": {"<uuid>": {...}}}) so additions merge; arrays
+//     are values and are replaced whole.
+//   - When two devices change the same field between syncs, the device
+//     that syncs later wins: its change is stamped after everything it
+//     downloaded first. Equal versions are won by the larger device id.
+//   - A physical delete removes every field written before it. A later
+//     edit on another device re-creates the record with only the fields
+//     that edit wrote. A soft delete (a deleted_at field in content) is an
+//     ordinary edit.
+//
+// # Values
+//
+// RFC 7396 cannot set a member to null (null means "remove"), so a member
+// whose value is null is the same as a missing member: synced content
+// drops null members of objects (nulls inside arrays stay). Numbers keep
+// their exact text: integers beyond 2^53 and long decimals round-trip.
+// Object keys are stored sorted.
+//
+// # Writing during a sync
+//
+// The app need not block its UI while Sync runs. A record written while a
+// sync is in flight stays pending for the next sync, and its row ends as
+// the merged synced state with the app's edits on top. Use WAL mode and a
+// busy timeout (see the README) so writers wait for the engine's short
+// final transaction instead of failing.
+//
+// # Remote files
+//
+// Everything read from the remote is untrusted. Table names are checked
+// against a strict pattern before any SQL sees them, sizes and gzip
+// expansion are bounded (Config.MaxFileSize, Config.MaxExpandedSize), and
+// a malformed file is rejected whole, reported in Report.Rejected, and
+// does not stop the other files or the upload.
+package drivesync
