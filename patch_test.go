@@ -268,3 +268,17 @@ func stateBytesData(n *node) string {
 	}
 	return string(jsonv.Encode(n.value()))
 }
+
+// TestMergePatchKeepsNumbersExact guards the rebase of writes made during
+// a sync, which applies the app's edits with the reference RFC 7396
+// implementation.
+func TestMergePatchKeepsNumbersExact(t *testing.T) {
+	out, err := jsonpatch.MergePatch([]byte(`{"n":9007199254740993,"d":0.1000000000000000055511151231257827,"x":1}`), []byte(`{"x":12345678901234567890123}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := mustObject(t, string(out), false)
+	if got, want := string(jsonv.Encode(v)), `{"d":0.1000000000000000055511151231257827,"n":9007199254740993,"x":12345678901234567890123}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
