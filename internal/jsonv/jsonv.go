@@ -353,14 +353,21 @@ func (p *parser) number() error {
 		p.pos = i
 		return p.fail("invalid number")
 	}
-	if i < len(d) && d[i] == '.' {
-		i++
+	// digits consumes one or more digits at i.
+	digits := func() bool {
 		if i >= len(d) || d[i] < '0' || d[i] > '9' {
-			p.pos = i
-			return p.fail("invalid number")
+			return false
 		}
 		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
 			i++
+		}
+		return true
+	}
+	if i < len(d) && d[i] == '.' {
+		i++
+		if !digits() {
+			p.pos = i
+			return p.fail("invalid number")
 		}
 	}
 	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
@@ -368,12 +375,9 @@ func (p *parser) number() error {
 		if i < len(d) && (d[i] == '+' || d[i] == '-') {
 			i++
 		}
-		if i >= len(d) || d[i] < '0' || d[i] > '9' {
+		if !digits() {
 			p.pos = i
 			return p.fail("invalid number")
-		}
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
 		}
 	}
 	p.pos = i
