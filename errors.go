@@ -34,6 +34,7 @@ type Error struct {
 	Err    error
 }
 
+// Error formats the failure with the step, file, table and record it names.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("drivesync: ")
@@ -52,4 +53,5 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *Error) Unwrap() error { return e.Err }

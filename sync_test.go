@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -13,7 +14,16 @@ func TestTwoDevicesBasic(t *testing.T) {
 	if r.Uploaded == "" || r.ChangesSent != 1 {
 		t.Fatalf("a: report %+v, want one change uploaded", r)
 	}
+	var steps []string
+	b.eng.cfg.Progress = func(p Progress) {
+		if p.Done == p.Total {
+			steps = append(steps, p.Step)
+		}
+	}
 	r = b.sync()
+	if got, want := strings.Join(steps, ","), "list,download,apply"; got != want {
+		t.Errorf("progress steps %s, want %s", got, want)
+	}
 	if len(r.Downloaded) != 1 || r.ChangesReceived != 1 {
 		t.Fatalf("b: report %+v, want one file applied", r)
 	}
