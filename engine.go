@@ -45,6 +45,11 @@ type Config struct {
 	// size (default DefaultMaxExpandedSize). Larger files are skipped
 	// and reported.
 	MaxFileSize, MaxExpandedSize int64
+	// MaxRecordSize bounds one record's content (default
+	// DefaultMaxRecordSize), on both sides: a larger local record is
+	// not sent (Report.Skipped), a larger received change makes its file
+	// rejected. Every device should use the same value.
+	MaxRecordSize int64
 	// TempDir holds the engine's temporary files during a sync; empty
 	// means os.TempDir().
 	TempDir string
@@ -66,6 +71,9 @@ type Progress struct {
 type Report struct {
 	Downloaded []string // remote files applied, in the order applied
 	Uploaded   string   // the file uploaded, or "" if there was nothing to send
+	// Recovered names an earlier sync's upload that did not commit and
+	// that this sync published and merged (see Sync).
+	Recovered string
 	// ChangesReceived counts the changes applied from downloaded files;
 	// ChangesSent the changes in the uploaded file.
 	ChangesReceived, ChangesSent int
@@ -80,6 +88,11 @@ type Report struct {
 	// Skipped lists local records that could not be sent, such as a
 	// content that is not a JSON object. They stay pending.
 	Skipped []RecordError
+	// Unwritten lists synced records whose row the app's table refused
+	// (a UNIQUE, NOT NULL or CHECK constraint on a projection column).
+	// sync_states has them; the row keeps its old content until a later
+	// change of the record can be written.
+	Unwritten []RecordError
 }
 
 // FileError names a remote file and why it was rejected.
@@ -145,6 +158,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxExpandedSize <= 0 {
 		cfg.MaxExpandedSize = DefaultMaxExpandedSize
+	}
+	if cfg.MaxRecordSize <= 0 {
+		cfg.MaxRecordSize = DefaultMaxRecordSize
 	}
 	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1)}
 	if e.log == nil {
@@ -225,9 +241,12 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 			return err
 		}
 		if exists == 0 {
-			if _, err := q.ExecContext(ctx, t.upsertSQL, m[0], m[1]); err != nil {
+			_, err := q.ExecContext(ctx, t.upsertSQL, m[0], m[1])
+			if err != nil && !isConstraint(err) {
 				return fmt.Errorf("write record %s: %w", m[0], err)
 			}
+			// A row the table's constraints refuse stays in sync_states
+			// only, as it does when a sync meets one (Report.Unwritten).
 		}
 	}
 	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)

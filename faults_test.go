@@ -124,9 +124,8 @@ func (f *failingRemote) List(ctx context.Context, since time.Time) ([]RemoteFile
 }
 
 // TestCrashBetweenUploadAndCommit: the file reached the remote but the
-// device never committed. Its changes stay pending; the next sync applies
-// the orphaned file like any other and sends the changes again with newer
-// versions; every device converges.
+// device never committed. The next sync adopts the file from the outbox
+// (it is never downloaded again or re-sent), and every device converges.
 func TestCrashBetweenUploadAndCommit(t *testing.T) {
 	mem := NewMemoryRemote()
 	fr := &failingRemote{Remote: mem}
@@ -140,44 +139,66 @@ func TestCrashBetweenUploadAndCommit(t *testing.T) {
 	if a.pendingCount() != 1 {
 		t.Fatal("pending change lost after a failed upload")
 	}
-	files, _ := mem.List(context.Background(), time.Time{})
-	if len(files) != 1 {
-		t.Fatalf("remote has %d files, want the orphan", len(files))
-	}
-	b.put("n", `{"v":2}`) // b edits concurrently, having seen the orphan
+	b.put("n", `{"v":2}`) // b edits concurrently and syncs after a's file landed
 	b.sync()
 	r := a.sync()
-	if len(r.Downloaded) != 2 {
-		t.Fatalf("a applied %v, want its orphan and b's file", r.Downloaded)
+	if r.Recovered == "" || len(r.Downloaded) != 1 || r.Uploaded != "" {
+		t.Fatalf("a: %+v, want its upload recovered, b's file applied, nothing re-sent", r)
 	}
 	syncAll(t, a, b)
 	assertConverged(t, a, b)
-	// a's re-sent change is stamped above everything it saw: it wins.
-	if got := b.get("n"); got != `{"v":1}` {
-		t.Fatalf("got %s, want a's re-sent change", got)
+	// a published v:1 first; b synced later, so b's v:2 wins.
+	if got := a.get("n"); got != `{"v":2}` {
+		t.Fatalf("got %s, want b's later change", got)
 	}
-	// The reservation kept a's new stamps above the orphan's.
-	var reserved, maxV int64
-	a.db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'max_version'`).Scan(&reserved)
-	a.db.QueryRow(`SELECT max(sync_version) FROM sync_states`).Scan(&maxV)
-	if reserved < 2 || maxV != reserved {
-		t.Fatalf("reserved %d, max version %d", reserved, maxV)
+	files, _ := mem.List(context.Background(), time.Time{})
+	if len(files) != 2 {
+		t.Fatalf("remote has %d files, want 2 (nothing duplicated)", len(files))
 	}
 }
 
-// TestFailedCommitDeletesUpload: when the transaction fails after the
-// upload, the uploaded file is taken back and nothing is half-applied.
-func TestFailedCommitDeletesUpload(t *testing.T) {
+// TestOrphanThenRevert: after a crash between upload and commit, the app
+// reverts the change. The revert must win: diffs are taken against the
+// state including the device's own published file.
+func TestOrphanThenRevert(t *testing.T) {
+	mem := NewMemoryRemote()
+	fr := &failingRemote{Remote: mem}
+	a, b := newDevice(t, "dev-a", fr), newDevice(t, "dev-b", mem)
+	a.put("n", `{"v":1}`)
+	a.put("gone", `{"x":1}`)
+	syncAll(t, a, b)
+	a.put("n", `{"v":2}`)
+	a.put("new", `{"y":1}`)
+	fr.createThenFail = true
+	a.eng.Sync(context.Background())
+	fr.createThenFail = false
+	a.put("n", `{"v":1}`)                        // revert
+	a.exec(`DELETE FROM notes WHERE id = 'new'`) // and undo the creation
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if got := b.get("n"); got != `{"v":1}` {
+		t.Errorf("n = %s, want the revert", got)
+	}
+	if got := b.get("new"); got != "" {
+		t.Errorf("new = %s, want it deleted", got)
+	}
+}
+
+// TestFailedCommitKeepsUpload: when the transaction fails after the
+// upload, local state is untouched and the file stays published; another
+// device that applied it in between does not diverge.
+func TestFailedCommitKeepsUpload(t *testing.T) {
 	for _, point := range []string{"uploaded", "applied"} {
 		t.Run(point, func(t *testing.T) {
 			remote := NewMemoryRemote()
 			a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
-			b.put("from-b", `{"x":1}`)
-			b.sync()
 			a.put("n", `{"v":1}`)
+			syncAll(t, a, b)
+			a.put("n", `{"v":1,"tag":"x"}`)
 			before := a.dump()
 			a.eng.testHook = func(p string) error {
 				if p == point {
+					b.sync() // b applies a's file before a's commit fails
 					return errInjected
 				}
 				return nil
@@ -187,18 +208,21 @@ func TestFailedCommitDeletesUpload(t *testing.T) {
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("got %v, want the injected failure", err)
 			}
-			files, _ := remote.List(context.Background(), time.Time{})
-			if len(files) != 1 {
-				t.Fatalf("remote has %d files, want only b's (a's upload taken back)", len(files))
-			}
 			if got := a.dump(); got != before {
 				t.Fatalf("a half-applied a failed sync:\n%s\nwant\n%s", got, before)
 			}
 			if a.pendingCount() != 1 {
 				t.Fatal("pending change lost")
 			}
+			if got := b.get("n"); got != `{"tag":"x","v":1}` {
+				t.Fatalf("b = %s", got)
+			}
+			a.put("n", `{"v":1}`) // the app takes the tag back
 			syncAll(t, a, b)
 			assertConverged(t, a, b)
+			if got := b.get("n"); got != `{"v":1}` {
+				t.Fatalf("b = %s, want the tag removed", got)
+			}
 		})
 	}
 }
@@ -206,7 +230,7 @@ func TestFailedCommitDeletesUpload(t *testing.T) {
 func TestUploadFailureKeepsEverything(t *testing.T) {
 	mem := NewMemoryRemote()
 	fr := &failingRemote{Remote: mem, failCreate: true}
-	a := newDevice(t, "dev-a", fr)
+	a, b := newDevice(t, "dev-a", fr), newDevice(t, "dev-b", mem)
 	a.put("n", `{"v":1}`)
 	before := a.dump()
 	_, err := a.eng.Sync(context.Background())
@@ -217,9 +241,18 @@ func TestUploadFailureKeepsEverything(t *testing.T) {
 	if a.dump() != before || a.pendingCount() != 1 {
 		t.Fatal("a failed upload changed local state")
 	}
+	// Still failing: the stored upload cannot be published; nothing moves.
+	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, ErrRemote) {
+		t.Fatalf("got %v, want ErrRemote again", err)
+	}
 	fr.failCreate = false
-	if r := a.sync(); r.ChangesSent != 1 {
-		t.Fatalf("retry sent %d changes", r.ChangesSent)
+	if r := a.sync(); r.Recovered == "" {
+		t.Fatalf("the stored upload was not published: %+v", r)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if b.get("n") != `{"v":1}` {
+		t.Fatal("the change never arrived")
 	}
 }
 
@@ -445,7 +478,8 @@ func TestGzipBomb(t *testing.T) {
 	w.Close()
 	remote.Create(context.Background(), "2026/01/01/patch_20260101T000001.000Z_dev-x.json.gz", &buf)
 	r = b.sync()
-	if len(r.Rejected) != 1 || !errors.Is(r.Rejected[0].Err, ErrFileTooLarge) {
-		t.Fatalf("rejected %v, want ErrFileTooLarge for the compressed limit", r.Rejected)
+	// New limits: both files are checked again, both are too large.
+	if len(r.Rejected) != 2 || !errors.Is(r.Rejected[0].Err, ErrFileTooLarge) || !errors.Is(r.Rejected[1].Err, ErrFileTooLarge) {
+		t.Fatalf("rejected %v, want both files with ErrFileTooLarge", r.Rejected)
 	}
 }

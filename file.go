@@ -120,7 +120,8 @@ func (pw *patchWriter) close() error {
 // attacker with access to the folder may have written it.
 const (
 	DefaultMaxFileSize     = 64 << 20  // compressed bytes of one file
-	DefaultMaxExpandedSize = 512 << 20 // uncompressed bytes of one file
+	DefaultMaxExpandedSize = 256 << 20 // uncompressed bytes of one file
+	DefaultMaxRecordSize   = 4 << 20   // bytes of one record's content or patch
 	maxRecordIDLen         = 1024
 )
 
@@ -170,7 +171,7 @@ const (
 // one its name claims). Nothing is emitted for a file that fails after
 // emit was called: callers spool the changes and discard the spool on
 // error, so a malformed file is never half-applied.
-func decodePatchFile(r io.Reader, wantDevice string, maxExpanded int64, emit func(fileChange) error) error {
+func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int64, emit func(fileChange) error) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("not gzip: %w", err)
@@ -221,7 +222,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded int64, emit fun
 				if err := dec.Decode(&e); err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
-				c, err := validateEntry(e)
+				c, err := validateEntry(e, maxRecord)
 				if err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
@@ -263,7 +264,7 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-func validateEntry(e fileEntry) (fileChange, error) {
+func validateEntry(e fileEntry, maxRecord int64) (fileChange, error) {
 	if err := checkTableName(e.Table); err != nil {
 		return fileChange{}, err
 	}
@@ -271,7 +272,12 @@ func validateEntry(e fileEntry) (fileChange, error) {
 		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), maxRecordIDLen)
 	}
 	if e.Version < 1 || e.Version > maxVersion {
-		return fileChange{}, fmt.Errorf("sync_version %d out of range", e.Version)
+		return fileChange{}, fmt.Errorf("sync_version %d out of range (1-%d)", e.Version, int64(maxVersion))
+	}
+	if int64(len(e.Patch)) > maxRecord {
+		// Checked before parsing: a parsed tree takes many times its
+		// text's size.
+		return fileChange{}, fmt.Errorf("%w: patch of %s/%s has %d bytes, over the %d-byte record limit", errTooLarge, e.Table, e.Record, len(e.Patch), maxRecord)
 	}
 	c := fileChange{table: e.Table, record: e.Record, deleted: e.Deleted, version: e.Version, patch: []byte("{}")}
 	if e.Deleted {

@@ -26,7 +26,7 @@ func FuzzDecodePatchFile(f *testing.F) {
 		w.Write(data)
 		w.Close()
 		for _, in := range [][]byte{data, gz.Bytes()} {
-			decodePatchFile(bytes.NewReader(in), "d", 1<<20, func(c fileChange) error {
+			decodePatchFile(bytes.NewReader(in), "d", 1<<20, 1<<16, func(c fileChange) error {
 				if checkTableName(c.table) != nil || c.record == "" || c.version < 1 || c.version > maxVersion {
 					t.Fatalf("accepted a bad change %+v", c)
 				}

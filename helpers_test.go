@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -219,4 +220,11 @@ func (l *laggingRemote) hide(lister string, devices ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hidden[lister] = devices
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

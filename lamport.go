@@ -2,9 +2,11 @@ package drivesync
 
 import "strings"
 
-// maxVersion bounds the Lamport versions the engine accepts from a file.
-// A hostile or broken file claiming a version near the int64 limit would
-// otherwise make every later version overflow.
+// maxVersion bounds the versions the engine reads and writes, far below
+// the int64 limit. A device never stamps past it (Sync fails with a clear
+// error instead): a broken or hostile file claiming a huge version can
+// stop a store from taking changes, but can never make one device write
+// files the others refuse, which would split them.
 const maxVersion = 1 << 53
 
 // A stamp identifies one write: the Lamport version it was given and the

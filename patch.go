@@ -295,10 +295,14 @@ func implicit(n *node, parent stamp) bool {
 
 var errBadClock = errors.New("malformed clock")
 
+// clockOptions parse a clock: it nests two levels ([stamp, {children}])
+// for each level of the content it describes.
+var clockOptions = jsonv.Options{MaxDepth: 2*jsonv.DefaultMaxDepth + 8}
+
 // decodeState rebuilds a record's merge state from its stored content and
 // clock. content is ignored for a deleted record.
 func decodeState(content jsonv.Value, clock []byte, deleted bool) (*node, error) {
-	cv, err := jsonv.ParseObject(clock, jsonv.Options{})
+	cv, err := jsonv.ParseObject(clock, clockOptions)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadClock, err)
 	}
@@ -307,7 +311,7 @@ func decodeState(content jsonv.Value, clock []byte, deleted bool) (*node, error)
 	if !okD || !okN {
 		return nil, errBadClock
 	}
-	list, err := jsonv.ParseArray(dv.Leaf, jsonv.Options{})
+	list, err := jsonv.ParseArray(dv.Leaf, clockOptions)
 	if err != nil {
 		return nil, errBadClock
 	}
@@ -397,7 +401,7 @@ func parseClockNode(b []byte, devs []string) (clockEntry, error) {
 	if b == nil {
 		return c, errBadClock
 	}
-	el, err := jsonv.ParseArray(b, jsonv.Options{})
+	el, err := jsonv.ParseArray(b, clockOptions)
 	if err != nil || (len(el) != 2 && len(el) != 3 && len(el) != 5) {
 		return c, errBadClock
 	}

@@ -16,7 +16,8 @@ import (
 
 // The engine's own tables. sync_control, sync_pending_changes and
 // sync_states are the tables of seed 000; sync_meta holds this device's
-// identity and cursor, sync_files the remote files already applied.
+// identity and cursor, sync_files the remote files already applied (or
+// rejected), sync_outbox an upload not yet committed (see outbox.go).
 //
 // sync_pending_changes stores only which records changed, not their
 // content: the engine reads the content from the app's table when it
@@ -61,7 +62,15 @@ CREATE TABLE IF NOT EXISTS sync_files (
 	name TEXT PRIMARY KEY,
 	status TEXT NOT NULL,
 	size INTEGER NOT NULL,
-	detail TEXT NOT NULL DEFAULT ''
+	detail TEXT NOT NULL DEFAULT '',
+	checked_at INTEGER NOT NULL DEFAULT 0,
+	reader TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_outbox (
+	name TEXT NOT NULL,
+	seq INTEGER NOT NULL,
+	data BLOB NOT NULL,
+	PRIMARY KEY (name, seq)
 ) WITHOUT ROWID;
 UPDATE sync_control SET is_syncing = 0;
 `
@@ -77,7 +86,7 @@ const (
 // Names of the engine's tables, which an app table may not use.
 var reservedTables = map[string]bool{
 	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
-	"sync_meta": true, "sync_files": true,
+	"sync_meta": true, "sync_files": true, "sync_outbox": true,
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -120,6 +129,13 @@ type tableInfo struct {
 func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	if err := checkTableName(t.Name); err != nil {
 		return nil, fmt.Errorf("drivesync: %w", err)
+	}
+	// SQLite matches table names without regard to case, but devices
+	// compare them exactly, in files and in sync_states: one spelling only.
+	var stored string
+	err := q.QueryRowContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE`, t.Name).Scan(&stored)
+	if err == nil && stored != t.Name {
+		return nil, fmt.Errorf("drivesync: table %s is spelled %s in the database: register it with that spelling (devices compare table names exactly)", t.Name, stored)
 	}
 	rows, err := q.QueryContext(ctx, `SELECT name, type, pk, hidden FROM pragma_table_xinfo(?)`, t.Name)
 	if err != nil {
@@ -294,6 +310,12 @@ func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// isConstraint reports SQLITE_CONSTRAINT (primary code 19).
+func isConstraint(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 19
 }
 
 // isBusy reports SQLITE_BUSY and SQLITE_LOCKED (primary codes 5 and 6,

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
-
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
@@ -37,6 +35,10 @@ import (
 // The app may keep writing while Sync runs: a record it changes during a
 // sync stays pending, and its row ends as the merged synced state with
 // the app's edits laid on top.
+//
+// If a sync fails after its upload (or the process dies), the file stays
+// on the remote, where other devices may already have applied it; the
+// next Sync publishes it if needed and merges it before anything else.
 //
 // Sync returns a Report even when it fails, describing what was done.
 // Rejected remote files are reported in Report.Rejected, not as an error.
@@ -78,7 +80,9 @@ type syncRun struct {
 	known         map[string]knownFile
 	download      []*downloaded
 	rejectedSizes map[string]int64
+	since         time.Time // this listing's start: the previous cursor less the overlap
 	maxSeen       int64
+	planBase      int64 // sync_meta.max_version when the plan was made
 
 	dataVersion int64  // PRAGMA data_version when the pending rows were read
 	plan        *spool // every pending record, in version order
@@ -91,8 +95,28 @@ type syncRun struct {
 }
 
 type knownFile struct {
-	status string // "applied" or "rejected"
-	size   int64
+	status    string // "applied" or "rejected"
+	size      int64
+	checkedAt int64  // when it was rejected (Unix seconds)
+	reader    string // readerKey when it was rejected
+}
+
+// rejectRetry is how long a rejected file that has not changed is left
+// alone: a folder-sync tool may still be writing it.
+const rejectRetry = time.Hour
+
+// readerKey names what decides whether a file is readable: the format
+// this engine reads and its size limits. A file rejected under other
+// limits, or by an older version of the app, is read again.
+func (e *Engine) readerKey() string {
+	return fmt.Sprintf("format %d, max %d/%d/%d", patchFormat, e.cfg.MaxFileSize, e.cfg.MaxExpandedSize, e.cfg.MaxRecordSize)
+}
+
+// stillRejected reports whether a file rejected earlier should be skipped
+// without downloading it again.
+func (s *syncRun) stillRejected(k knownFile, f RemoteFile) bool {
+	return k.size == f.Size && k.reader == s.e.readerKey() &&
+		time.Since(time.Unix(k.checkedAt, 0)) < rejectRetry
 }
 
 type downloaded struct {
@@ -131,6 +155,9 @@ func (s *syncRun) hook(point string) error {
 }
 
 func (s *syncRun) run(ctx context.Context) error {
+	if err := s.recoverOutbox(ctx); err != nil {
+		return err
+	}
 	if err := s.fetch(ctx); err != nil {
 		return err
 	}
@@ -151,23 +178,12 @@ func (s *syncRun) run(ctx context.Context) error {
 			return err
 		}
 	}
-	err := s.hook("uploaded")
-	if err == nil {
-		err = s.commit(ctx)
-	}
-	if err != nil {
-		if s.report.Uploaded != "" {
-			// The changes stay pending and will be sent again with new
-			// versions; take back the file so others do not apply it
-			// twice. If this fails too, applying it is harmless.
-			if derr := s.e.cfg.Remote.Delete(context.WithoutCancel(ctx), s.report.Uploaded); derr != nil {
-				s.e.log.Warn("drivesync: could not delete uploaded file after failed commit", "file", s.report.Uploaded, "err", derr)
-			}
-			s.report.Uploaded, s.report.ChangesSent = "", 0
-		}
+	if err := s.hook("uploaded"); err != nil {
 		return err
 	}
-	return nil
+	// A failure from here on leaves the uploaded file in place and in the
+	// outbox: the next sync adopts it (see outbox.go).
+	return s.commit(ctx)
 }
 
 func remoteErr(op, file string, err error) error {
@@ -184,27 +200,33 @@ func (s *syncRun) fetch(ctx context.Context) error {
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	var since time.Time
 	if cur != "" {
-		if s.cursor, err = time.Parse(time.RFC3339Nano, cur); err == nil {
-			since = s.cursor.Add(-e.cfg.ListOverlap)
+		if prev, err := time.Parse(time.RFC3339Nano, cur); err == nil {
+			s.since = prev.Add(-e.cfg.ListOverlap)
 		}
 	}
+	// The next cursor is the remote's time before this listing: every
+	// file created before it is listed now or, if the listing lags,
+	// within the overlap next time. It never comes from file names, which
+	// a broken or hostile file could set in the future.
 	e.progress("list", 0, 1)
-	files, err := e.cfg.Remote.List(ctx, since)
+	if s.cursor, err = e.cfg.Remote.Now(ctx); err != nil {
+		return remoteErr("list", "", err)
+	}
+	files, err := e.cfg.Remote.List(ctx, s.since)
 	if err != nil {
 		return remoteErr("list", "", err)
 	}
 	e.progress("list", 1, 1)
 	s.known = map[string]knownFile{}
-	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size FROM sync_files`)
+	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size, checked_at, reader FROM sync_files`)
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
 	for rows.Next() {
 		var name string
 		var k knownFile
-		if err := rows.Scan(&name, &k.status, &k.size); err != nil {
+		if err := rows.Scan(&name, &k.status, &k.size, &k.checkedAt, &k.reader); err != nil {
 			rows.Close()
 			return &Error{Op: "sync", Err: err}
 		}
@@ -218,12 +240,8 @@ func (s *syncRun) fetch(ctx context.Context) error {
 			continue // not ours: snapshots of later versions, other apps' files
 		}
 		s.listed[f.Name] = true
-		if at.After(s.cursor) {
-			s.cursor = at
-		}
-		k, seen := s.known[f.Name]
-		if seen && (k.status == "applied" || k.size == f.Size) {
-			continue // applied, or rejected and unchanged since
+		if k, seen := s.known[f.Name]; seen && (k.status == "applied" || s.stillRejected(k, f)) {
+			continue
 		}
 		s.download = append(s.download, &downloaded{name: f.Name, size: f.Size, at: at})
 	}
@@ -262,18 +280,22 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		return &Error{Op: "download", File: d.name, Err: err}
 	}
 	var maxV int64
+	var spoolErr error
 	src := &countingReader{r: &limitedReader{r: rc, n: e.cfg.MaxFileSize, what: "compressed file"}}
-	err = decodePatchFile(src, device, e.cfg.MaxExpandedSize, func(c fileChange) error {
+	err = decodePatchFile(src, device, e.cfg.MaxExpandedSize, e.cfg.MaxRecordSize, func(c fileChange) error {
 		maxV = max(maxV, c.version)
-		return sp.add(c)
+		spoolErr = sp.add(c)
+		return spoolErr
 	})
 	if err != nil {
 		sp.close()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return &Error{Op: "download", File: d.name, Err: ctx.Err()}
-		}
-		if src.failed != nil {
+		case src.failed != nil:
 			return remoteErr("download", d.name, src.failed)
+		case spoolErr != nil: // a local disk problem, not the file's fault
+			return &Error{Op: "download", File: d.name, Err: spoolErr}
 		}
 		switch {
 		case errors.Is(err, ErrUnsupportedFormat):
@@ -296,15 +318,17 @@ func (s *syncRun) reject(d *downloaded, err error) {
 	s.report.Rejected = append(s.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
 }
 
-// countingReader remembers a read error of the underlying remote stream,
-// to tell a network failure from a malformed file.
+// countingReader counts the bytes read and remembers a read error of the
+// underlying stream, to tell a network failure from a malformed file.
 type countingReader struct {
 	r      io.Reader
+	n      int64
 	failed error
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	c.n += int64(n)
 	if err != nil && err != io.EOF && !errors.Is(err, errTooLarge) {
 		c.failed = err
 	}
@@ -323,11 +347,10 @@ func (s *syncRun) buildPlan(ctx context.Context) (err error) {
 		return &Error{Op: "sync", Err: err}
 	}
 	defer s.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT") // read-only: ends the snapshot
-	seen, err := getMetaInt(ctx, s.conn, metaMaxVersion)
-	if err != nil {
+	if s.planBase, err = getMetaInt(ctx, s.conn, metaMaxVersion); err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	s.maxSeen = max(s.maxSeen, seen)
+	s.maxSeen = max(s.maxSeen, s.planBase)
 	versions := newVersionCounter(s.maxSeen)
 
 	if s.plan, err = newSpool(e.cfg.TempDir); err != nil {
@@ -428,6 +451,10 @@ func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sq
 		s.skipRecord(t.name, id, errors.New("content is not valid JSON"))
 		return c, true
 	}
+	if n := int64(len(content.String)); n > s.e.cfg.MaxRecordSize {
+		s.skipRecord(t.name, id, fmt.Errorf("content has %d bytes, over Config.MaxRecordSize (%d)", n, s.e.cfg.MaxRecordSize))
+		return c, true
+	}
 	switch {
 	case !rowExists && old == nil:
 		c.flags = planNoop | planRowCanonical // created and deleted between syncs
@@ -468,486 +495,55 @@ func (s *syncRun) newUpload() (*patchWriter, error) {
 	return newPatchWriter(f, s.e.deviceID)
 }
 
-// send reserves the versions it is about to publish, then uploads.
-// Reserving first means that if the process dies after the upload but
-// before the commit, the next sync still numbers its changes above the
-// ones in that file, even if the remote lists it late: a stamp never
-// names two different writes.
+// send reserves the versions it is about to publish and stores the file
+// in the outbox, in one transaction, then uploads it. Reserving first means
+// that however the sync ends, later changes are numbered above the ones in
+// this file: a stamp never names two different writes. The reservation
+// also checks that no other Engine on this database reserved versions
+// since the plan read them.
 func (s *syncRun) send(ctx context.Context) error {
 	e := s.e
+	if s.maxSeen > maxVersion {
+		return &Error{Op: "reserve versions", Err: fmt.Errorf("versions would pass %d: this store cannot take more changes", int64(maxVersion))}
+	}
+	now, err := e.cfg.Remote.Now(ctx)
+	if err != nil {
+		return remoteErr("upload", "", err)
+	}
+	name := patchFileName(now, e.deviceID)
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "reserve versions", Err: err}
 	}
-	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
-		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		return &Error{Op: "reserve versions", Err: err}
-	}
-	if _, err := s.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	err = func() error {
+		stored, err := getMetaInt(ctx, s.conn, metaMaxVersion)
+		if err != nil {
+			return err
+		}
+		if stored != s.planBase {
+			return errors.New("another Engine synced this database at the same time; use one Engine per database, then sync again")
+		}
+		if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
+			return err
+		}
+		if err := saveOutbox(ctx, s.conn, name, s.upload); err != nil {
+			return err
+		}
+		_, err = s.conn.ExecContext(ctx, "COMMIT")
+		return err
+	}()
+	if err != nil {
 		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return &Error{Op: "reserve versions", Err: err}
 	}
 	e.progress("upload", 0, 1)
-	for attempt := 0; ; attempt++ {
-		now, err := e.cfg.Remote.Now(ctx)
-		if err != nil {
-			return remoteErr("upload", "", err)
-		}
-		name := patchFileName(now, e.deviceID)
-		if _, err := s.upload.Seek(0, io.SeekStart); err != nil {
-			return &Error{Op: "upload", File: name, Err: err}
-		}
-		err = e.cfg.Remote.Create(ctx, name, s.upload)
-		if errors.Is(err, fs.ErrExist) && attempt < 3 {
-			time.Sleep(time.Millisecond) // same millisecond as an earlier file
-			continue
-		}
-		if err != nil {
-			return remoteErr("upload", name, err)
-		}
-		s.report.Uploaded, s.report.ChangesSent = name, s.sent
-		if now.After(s.cursor) {
-			s.cursor = now
-		}
-		e.progress("upload", 1, 1)
-		e.log.Info("drivesync: uploaded", "file", name, "changes", s.sent)
-		return nil
+	if _, err := s.upload.Seek(0, io.SeekStart); err != nil {
+		return &Error{Op: "upload", File: name, Err: err}
 	}
-}
-
-// commit applies everything in one write transaction.
-func (s *syncRun) commit(ctx context.Context) error {
-	e := s.e
-	if err := beginImmediate(ctx, s.conn); err != nil {
-		return &Error{Op: "apply", Err: err}
+	if err := e.cfg.Remote.Create(ctx, name, s.upload); err != nil {
+		return remoteErr("upload", name, err)
 	}
-	err := s.apply(ctx)
-	if err == nil {
-		err = s.hook("applied")
-	}
-	if err == nil {
-		_, err = s.conn.ExecContext(ctx, "COMMIT")
-	}
-	if err != nil {
-		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		var de *Error
-		if !errors.As(err, &de) {
-			err = &Error{Op: "apply", Err: err}
-		}
-		return err
-	}
-	e.log.Info("drivesync: synced", "downloaded", len(s.report.Downloaded), "received", s.report.ChangesReceived, "sent", s.report.ChangesSent)
+	s.report.Uploaded, s.report.ChangesSent = name, s.sent
+	e.progress("upload", 1, 1)
+	e.log.Info("drivesync: uploaded", "file", name, "changes", s.sent)
 	return nil
-}
-
-func (s *syncRun) apply(ctx context.Context) error {
-	e := s.e
-	var dv int64
-	if err := s.conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&dv); err != nil {
-		return err
-	}
-	// If no other connection committed since the pending rows were read,
-	// the app wrote nothing during this sync and no row needs checking.
-	s.dirty = dv != s.dataVersion
-	for _, r := range s.report.Skipped {
-		s.pending[recordKey{r.Table, r.Record}] = pendingEdit{} // never overwrite them
-	}
-	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
-		return err
-	}
-	total := 1 + len(s.download)
-	e.progress("apply", 0, total)
-	if err := s.plan.each(func(c fileChange) error { return s.applyOwn(ctx, c) }); err != nil {
-		return err
-	}
-	if err := s.clearPending(ctx); err != nil {
-		return err
-	}
-	for i, d := range s.download {
-		_, device, _ := parsePatchName(d.name)
-		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c, device) })
-		if err != nil {
-			return err
-		}
-		s.report.Downloaded = append(s.report.Downloaded, d.name)
-		s.report.ChangesReceived += d.spool.n
-		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?, 'applied', ?)`, d.name, d.size); err != nil {
-			return err
-		}
-		e.progress("apply", i+1, total)
-	}
-	if err := s.rebasePending(ctx); err != nil {
-		return err
-	}
-	if err := s.recordFiles(ctx); err != nil {
-		return err
-	}
-	_, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
-	e.progress("apply", total, total)
-	return err
-}
-
-// applyOwn merges one of this device's planned changes and settles the
-// app's row and pending mark.
-func (s *syncRun) applyOwn(ctx context.Context, c fileChange) error {
-	t := s.e.tables[c.table]
-	st := &recordState{node: &node{}}
-	if c.flags&planNoState == 0 {
-		// Only this engine writes sync_states, so a record it had no
-		// state for when planning still has none.
-		var err error
-		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
-			return err
-		}
-	}
-	if c.flags&planNoop == 0 {
-		if err := s.mergeChange(ctx, st, c, s.e.deviceID); err != nil {
-			return err
-		}
-	}
-	if s.dirty {
-		same, err := s.rowMatches(ctx, t, c.record, st.node)
-		if err != nil {
-			return err
-		}
-		key := recordKey{c.table, c.record}
-		if !same {
-			// Written again while we synced: keep it pending and lay
-			// those writes over the merged state at the end.
-			pe := pendingEdit{}
-			if st.node.exists() {
-				base := st.node.value()
-				pe.base = &base
-			}
-			s.pending[key] = pe
-			return nil
-		}
-		if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, c.table, c.record); err != nil {
-			return err
-		}
-	} // else clearPending removes all pending marks at once
-	if c.flags&planRowCanonical != 0 || !st.node.exists() {
-		return nil // the row already holds exactly this content, or is gone
-	}
-	// The row exists (its content is what was planned): update in place.
-	if err := s.exec(ctx, t.updateSQL, c.record, string(jsonv.Encode(st.node.value()))); err != nil {
-		return &Error{Op: "write", Table: t.name, Record: c.record, Err: err}
-	}
-	return nil
-}
-
-// clearPending removes, when nothing else wrote during the sync, every
-// pending mark the plan covered, in one statement: the pending table then
-// holds exactly the records planned or skipped.
-func (s *syncRun) clearPending(ctx context.Context) error {
-	if s.dirty {
-		return nil // cleared one by one in applyOwn
-	}
-	for _, t := range s.e.order {
-		if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1`, t.name); err != nil {
-			return err
-		}
-	}
-	for _, r := range s.report.Skipped {
-		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, r.Table, r.Record); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// applyReceived merges one change from another file.
-func (s *syncRun) applyReceived(ctx context.Context, c fileChange, device string) error {
-	st, err := s.createState(ctx, c, device)
-	if err != nil {
-		return err
-	}
-	var before *jsonv.Value
-	if st == nil { // the record has a state: merge into it
-		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
-			return err
-		}
-		before = st.data
-		if err := s.mergeChange(ctx, st, c, device); err != nil || !st.changed {
-			return err
-		}
-	}
-	t := s.e.tables[c.table]
-	if t == nil {
-		s.report.Unregistered++
-		return nil // kept in sync_states until the app registers the table
-	}
-	key := recordKey{c.table, c.record}
-	if _, ok := s.pending[key]; ok {
-		return nil
-	}
-	if s.dirty {
-		var one int
-		err := s.queryRow(ctx, `SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, []any{c.table, c.record}, &one)
-		if err == nil { // the app wrote this record during the sync
-			pe := pendingEdit{}
-			if before != nil {
-				pe.base = before
-			}
-			s.pending[key] = pe
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-	}
-	return s.writeRow(ctx, t, c.record, st.node)
-}
-
-// rebasePending gives every record the app wrote during the sync its
-// final row: the merged synced state with the app's own edits (the diff
-// from the row it started from to the row it wrote) laid on top. The
-// record stays pending, so the next sync sends exactly those edits.
-func (s *syncRun) rebasePending(ctx context.Context) error {
-	keys := make([]recordKey, 0, len(s.pending))
-	for k := range s.pending {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b recordKey) int {
-		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.record, b.record))
-	})
-	for _, k := range keys {
-		t := s.e.tables[k.table]
-		var text string
-		err := s.queryRow(ctx, t.readSQL, []any{k.record}, &text)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // deleted by the app: the pending delete goes out next time
-		}
-		if err != nil {
-			continue // not valid JSON: leave the app's row alone (reported)
-		}
-		mine, perr := jsonv.ParseObject([]byte(text), jsonv.Options{})
-		if perr != nil {
-			continue
-		}
-		edits := mine
-		if base := s.pending[k].base; base != nil {
-			edits = diff(*base, mine)
-		}
-		st, err := s.loadState(ctx, k.table, k.record)
-		if err != nil {
-			return err
-		}
-		merged := []byte("{}")
-		if st.node.exists() {
-			merged = jsonv.Encode(st.node.value())
-		}
-		out, err := jsonpatch.MergePatch(merged, jsonv.Encode(edits))
-		if err != nil {
-			return &Error{Op: "rebase", Table: k.table, Record: k.record, Err: err}
-		}
-		v, err := jsonv.ParseObject(out, jsonv.Options{})
-		if err != nil {
-			return &Error{Op: "rebase", Table: k.table, Record: k.record, Err: err}
-		}
-		if err := s.exec(ctx, t.upsertSQL, k.record, string(jsonv.Encode(v))); err != nil {
-			return &Error{Op: "write", Table: k.table, Record: k.record, Err: err}
-		}
-	}
-	return nil
-}
-
-// recordFiles remembers the files applied, uploaded and rejected, moves
-// the cursor, and forgets files that have left the remote and the
-// listing window.
-func (s *syncRun) recordFiles(ctx context.Context) error {
-	if s.report.Uploaded != "" {
-		fi, err := s.upload.Stat()
-		if err != nil {
-			return err
-		}
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, s.report.Uploaded, fi.Size()); err != nil {
-			return err
-		}
-	}
-	for _, r := range s.report.Rejected {
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, detail) VALUES (?1, 'rejected', ?2, ?3)`, r.Name, s.rejectedSizes[r.Name], r.Err.Error()); err != nil {
-			return err
-		}
-	}
-	since := s.cursor.Add(-s.e.cfg.ListOverlap)
-	for name := range s.known {
-		at, _, ok := parsePatchName(name)
-		if !s.listed[name] && (!ok || at.Before(since)) {
-			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
-				return err
-			}
-		}
-	}
-	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
-		return err
-	}
-	if s.cursor.IsZero() {
-		return nil
-	}
-	return setMeta(ctx, s.conn, metaCursor, s.cursor.UTC().Format(time.RFC3339Nano))
-}
-
-// rowMatches reports whether the app's row holds exactly the content of
-// state n (both absent counts as a match).
-func (s *syncRun) rowMatches(ctx context.Context, t *tableInfo, id string, n *node) (bool, error) {
-	var text string
-	err := s.queryRow(ctx, t.readSQL, []any{id}, &text)
-	if errors.Is(err, sql.ErrNoRows) {
-		return !n.exists(), nil
-	}
-	if err != nil || !n.exists() {
-		return false, nil
-	}
-	v, err := jsonv.ParseObject([]byte(text), jsonv.Options{})
-	return err == nil && jsonv.Equal(v, n.value()), nil
-}
-
-// writeRow makes the app's row show state n, with is_syncing set so the
-// triggers stay quiet.
-func (s *syncRun) writeRow(ctx context.Context, t *tableInfo, id string, n *node) error {
-	var err error
-	if n.exists() {
-		err = s.exec(ctx, t.upsertSQL, id, string(jsonv.Encode(n.value())))
-	} else {
-		err = s.exec(ctx, t.deleteSQL, id)
-	}
-	if err != nil {
-		return &Error{Op: "write", Table: t.name, Record: id, Err: err}
-	}
-	return nil
-}
-
-// recordState is a record's merge state as loaded from sync_states.
-type recordState struct {
-	node    *node
-	data    *jsonv.Value // synced content before this change, nil if none
-	stored  string       // stored record_data + clock, to skip no-op writes
-	changed bool
-}
-
-func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordState, error) {
-	var data, clock string
-	var deleted bool
-	err := s.queryRow(ctx, `SELECT record_data, clock, is_deleted FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, []any{table, record}, &data, &clock, &deleted)
-	if errors.Is(err, sql.ErrNoRows) {
-		return &recordState{node: &node{}}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	st := &recordState{stored: data + "\x00" + clock}
-	var content jsonv.Value
-	if !deleted {
-		if content, err = jsonv.ParseObject([]byte(data), jsonv.Options{}); err != nil {
-			return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
-		}
-		st.data = &content
-	}
-	if st.node, err = decodeState(content, []byte(clock), deleted); err != nil {
-		return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
-	}
-	return st, nil
-}
-
-// mergeChange applies c, stamped by device, to st and stores the result.
-func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange, device string) error {
-	if err := applyChange(st.node, c, device); err != nil {
-		return err
-	}
-	data, clock := encodeState(st.node)
-	if data+"\x00"+clock == st.stored {
-		return nil
-	}
-	st.changed = true
-	st.stored = data + "\x00" + clock
-	err := s.exec(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_data, clock = excluded.clock,
-	sync_version = excluded.sync_version, device_id = excluded.device_id, is_deleted = excluded.is_deleted`,
-		c.table, c.record, data, clock, st.node.stamp.version, st.node.stamp.device, !st.node.exists())
-	if err != nil {
-		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-	}
-	return nil
-}
-
-// createState stores the state c alone gives, if the record has none
-// yet, and returns it; it returns nil if the record already has a state.
-// A received record is usually new, so trying the insert first saves a
-// lookup.
-func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
-	n := &node{}
-	if err := applyChange(n, c, device); err != nil {
-		return nil, err
-	}
-	data, clock := encodeState(n)
-	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
-	if err != nil {
-		return nil, err
-	}
-	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, n.stamp.version, n.stamp.device, !n.exists())
-	if err != nil {
-		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-	}
-	if k, err := res.RowsAffected(); err != nil || k == 0 {
-		return nil, err
-	}
-	return &recordState{node: n, changed: true}, nil
-}
-
-func applyChange(n *node, c fileChange, device string) error {
-	at := stamp{version: c.version, device: device}
-	if c.deleted {
-		n.applyDelete(at)
-		return nil
-	}
-	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
-	if err != nil {
-		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-	}
-	n.applyPatch(p, at)
-	return nil
-}
-
-// encodeState returns what sync_states stores for a record.
-func encodeState(n *node) (data, clock string) {
-	data = "{}"
-	if n.exists() {
-		data = string(jsonv.Encode(n.value()))
-	}
-	return data, string(encodeClock(n))
-}
-
-// stmt returns a statement prepared once per sync on the sync's conn.
-func (s *syncRun) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st := s.stmts[query]; st != nil {
-		return st, nil
-	}
-	st, err := s.conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	if s.stmts == nil {
-		s.stmts = map[string]*sql.Stmt{}
-	}
-	s.stmts[query] = st
-	return st, nil
-}
-
-func (s *syncRun) exec(ctx context.Context, query string, args ...any) error {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return err
-	}
-	_, err = st.ExecContext(ctx, args...)
-	return err
-}
-
-func (s *syncRun) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return err
-	}
-	return st.QueryRowContext(ctx, args...).Scan(dest...)
 }

@@ -1,0 +1,465 @@
+package drivesync
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+)
+
+// The sync's one write transaction: merge the own and received changes
+// into sync_states, write the app's rows, settle the pending marks and the
+// applied-files bookkeeping.
+
+// commit applies everything in one write transaction.
+func (s *syncRun) commit(ctx context.Context) error {
+	e := s.e
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "apply", Err: err}
+	}
+	err := s.apply(ctx)
+	if err == nil {
+		err = s.hook("applied")
+	}
+	if err == nil {
+		_, err = s.conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		var de *Error
+		if !errors.As(err, &de) {
+			err = &Error{Op: "apply", Err: err}
+		}
+		return err
+	}
+	e.log.Info("drivesync: synced", "downloaded", len(s.report.Downloaded), "received", s.report.ChangesReceived, "sent", s.report.ChangesSent)
+	return nil
+}
+
+func (s *syncRun) apply(ctx context.Context) error {
+	e := s.e
+	var dv int64
+	if err := s.conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&dv); err != nil {
+		return err
+	}
+	// If no other connection committed since the pending rows were read,
+	// the app wrote nothing during this sync and no row needs checking.
+	s.dirty = dv != s.dataVersion
+	for _, r := range s.report.Skipped {
+		s.pending[recordKey{r.Table, r.Record}] = pendingEdit{} // never overwrite them
+	}
+	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+		return err
+	}
+	total := 1 + len(s.download)
+	e.progress("apply", 0, total)
+	if err := s.plan.each(func(c fileChange) error { return s.applyOwn(ctx, c) }); err != nil {
+		return err
+	}
+	if err := s.clearPending(ctx); err != nil {
+		return err
+	}
+	for i, d := range s.download {
+		_, device, _ := parsePatchName(d.name)
+		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c, device) })
+		if err != nil {
+			return err
+		}
+		s.report.Downloaded = append(s.report.Downloaded, d.name)
+		s.report.ChangesReceived += d.spool.n
+		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?, 'applied', ?)`, d.name, d.size); err != nil {
+			return err
+		}
+		e.progress("apply", i+1, total)
+	}
+	if err := s.rebasePending(ctx); err != nil {
+		return err
+	}
+	if err := s.recordFiles(ctx); err != nil {
+		return err
+	}
+	_, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	e.progress("apply", total, total)
+	return err
+}
+
+// applyOwn merges one of this device's planned changes and settles the
+// app's row and pending mark.
+func (s *syncRun) applyOwn(ctx context.Context, c fileChange) error {
+	t := s.e.tables[c.table]
+	st := &recordState{node: &node{}}
+	if c.flags&planNoState == 0 {
+		// Only this engine writes sync_states, so a record it had no
+		// state for when planning still has none.
+		var err error
+		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
+			return err
+		}
+	}
+	if c.flags&planNoop == 0 {
+		if err := s.mergeChange(ctx, st, c, s.e.deviceID); err != nil {
+			return err
+		}
+	}
+	if s.dirty {
+		same, err := s.rowMatches(ctx, t, c.record, st.node)
+		if err != nil {
+			return err
+		}
+		key := recordKey{c.table, c.record}
+		if !same {
+			// Written again while we synced: keep it pending and lay
+			// those writes over the merged state at the end.
+			pe := pendingEdit{}
+			if st.node.exists() {
+				base := st.node.value()
+				pe.base = &base
+			}
+			s.pending[key] = pe
+			return nil
+		}
+		if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, c.table, c.record); err != nil {
+			return err
+		}
+		// The same content, but maybe not the same bytes (null members,
+		// key order, a projection column written alone): rewrite it.
+		return s.writeRow(ctx, t, c.record, st.node)
+	} // else clearPending removes all pending marks at once
+	if c.flags&planRowCanonical != 0 || !st.node.exists() {
+		return nil // the row already holds exactly this content, or is gone
+	}
+	// The row exists (its content is what was planned): update in place.
+	return s.rowResult(t, c.record, s.exec(ctx, t.updateSQL, c.record, string(jsonv.Encode(st.node.value()))))
+}
+
+// clearPending removes, when nothing else wrote during the sync, every
+// pending mark the plan covered, in one statement: the pending table then
+// holds exactly the records planned or skipped.
+func (s *syncRun) clearPending(ctx context.Context) error {
+	if s.dirty {
+		return nil // cleared one by one in applyOwn
+	}
+	for _, t := range s.e.order {
+		if err := s.exec(ctx, `DELETE FROM sync_pending_changes WHERE table_name = ?1`, t.name); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.report.Skipped {
+		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, r.Table, r.Record); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyReceived merges one change from another file.
+func (s *syncRun) applyReceived(ctx context.Context, c fileChange, device string) error {
+	st, err := s.createState(ctx, c, device)
+	if err != nil {
+		return err
+	}
+	var before *jsonv.Value
+	if st == nil { // the record has a state: merge into it
+		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
+			return err
+		}
+		before = st.data
+		if err := s.mergeChange(ctx, st, c, device); err != nil || !st.changed {
+			return err
+		}
+	}
+	t := s.e.tables[c.table]
+	if t == nil {
+		s.report.Unregistered++
+		return nil // kept in sync_states until the app registers the table
+	}
+	key := recordKey{c.table, c.record}
+	if _, ok := s.pending[key]; ok {
+		return nil
+	}
+	if s.dirty {
+		var one int
+		err := s.queryRow(ctx, `SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, []any{c.table, c.record}, &one)
+		if err == nil { // the app wrote this record during the sync
+			pe := pendingEdit{}
+			if before != nil {
+				pe.base = before
+			}
+			s.pending[key] = pe
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+	}
+	return s.writeRow(ctx, t, c.record, st.node)
+}
+
+// rebasePending gives every record the app wrote during the sync its
+// final row: the merged synced state with the app's own edits (the diff
+// from the row it started from to the row it wrote) laid on top. The
+// record stays pending, so the next sync sends exactly those edits.
+func (s *syncRun) rebasePending(ctx context.Context) error {
+	keys := make([]recordKey, 0, len(s.pending))
+	for k := range s.pending {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b recordKey) int {
+		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.record, b.record))
+	})
+	for _, k := range keys {
+		t := s.e.tables[k.table]
+		var text string
+		err := s.queryRow(ctx, t.readSQL, []any{k.record}, &text)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // deleted by the app: the pending delete goes out next time
+		}
+		if err != nil {
+			continue // not valid JSON: leave the app's row alone (reported)
+		}
+		mine, perr := jsonv.ParseObject([]byte(text), jsonv.Options{})
+		if perr != nil {
+			continue
+		}
+		edits := mine
+		if base := s.pending[k].base; base != nil {
+			edits = diff(*base, mine)
+		}
+		st, err := s.loadState(ctx, k.table, k.record)
+		if err != nil {
+			return err
+		}
+		// RFC 7396 application of the edits on the merged state: the same
+		// merge as everywhere else, with any stamps ordering them after it.
+		row := &node{}
+		if st.node.exists() {
+			row = newRecordState(st.node.value(), stamp{version: 1})
+		}
+		row.applyPatch(edits, stamp{version: 2})
+		if err := s.writeContent(ctx, t, k.record, row.value()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordFiles remembers the files applied, uploaded and rejected, empties
+// the outbox, moves the cursor, and forgets files that have left both the
+// remote and the listing window.
+func (s *syncRun) recordFiles(ctx context.Context) error {
+	if s.report.Uploaded != "" {
+		fi, err := s.upload.Stat()
+		if err != nil {
+			return err
+		}
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, s.report.Uploaded, fi.Size()); err != nil {
+			return err
+		}
+		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, s.report.Uploaded); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.report.Rejected {
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, detail, checked_at, reader) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5)`,
+			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), time.Now().Unix(), s.e.readerKey()); err != nil {
+			return err
+		}
+	}
+	for name := range s.known {
+		at, _, ok := parsePatchName(name)
+		if !s.listed[name] && (!ok || at.Before(s.since)) {
+			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
+				return err
+			}
+		}
+	}
+	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
+		return err
+	}
+	return setMeta(ctx, s.conn, metaCursor, s.cursor.UTC().Format(time.RFC3339Nano))
+}
+
+// rowMatches reports whether the app's row holds exactly the content of
+// state n (both absent counts as a match).
+func (s *syncRun) rowMatches(ctx context.Context, t *tableInfo, id string, n *node) (bool, error) {
+	var text string
+	err := s.queryRow(ctx, t.readSQL, []any{id}, &text)
+	if errors.Is(err, sql.ErrNoRows) {
+		return !n.exists(), nil
+	}
+	if err != nil || !n.exists() {
+		return false, nil
+	}
+	v, err := jsonv.ParseObject([]byte(text), jsonv.Options{})
+	return err == nil && jsonv.Equal(v, n.value()), nil
+}
+
+// writeRow makes the app's row show state n, with is_syncing set so the
+// triggers stay quiet.
+func (s *syncRun) writeRow(ctx context.Context, t *tableInfo, id string, n *node) error {
+	if !n.exists() {
+		return s.rowResult(t, id, s.exec(ctx, t.deleteSQL, id))
+	}
+	return s.writeContent(ctx, t, id, n.value())
+}
+
+func (s *syncRun) writeContent(ctx context.Context, t *tableInfo, id string, v jsonv.Value) error {
+	return s.rowResult(t, id, s.exec(ctx, t.upsertSQL, id, string(jsonv.Encode(v))))
+}
+
+// rowResult turns a failed row write into the sync's error, except when
+// the app's own constraints refuse the row (a UNIQUE, NOT NULL or CHECK
+// on a projection column): SQLite then undoes only that statement, the
+// record stays in sync_states, and the report says which row is behind.
+func (s *syncRun) rowResult(t *tableInfo, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = &Error{Op: "write", Table: t.name, Record: id, Err: err}
+	if !isConstraint(err) {
+		return err
+	}
+	s.e.log.Warn("drivesync: row refused by the table's constraints", "table", t.name, "record", id, "err", err)
+	s.report.Unwritten = append(s.report.Unwritten, RecordError{Table: t.name, Record: id, Err: err})
+	return nil
+}
+
+// recordState is a record's merge state as loaded from sync_states.
+type recordState struct {
+	node    *node
+	data    *jsonv.Value // synced content before this change, nil if none
+	stored  string       // stored record_data + clock, to skip no-op writes
+	changed bool
+}
+
+func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordState, error) {
+	var data, clock string
+	var deleted bool
+	err := s.queryRow(ctx, `SELECT record_data, clock, is_deleted FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, []any{table, record}, &data, &clock, &deleted)
+	if errors.Is(err, sql.ErrNoRows) {
+		return &recordState{node: &node{}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &recordState{stored: data + "\x00" + clock}
+	var content jsonv.Value
+	if !deleted {
+		if content, err = jsonv.ParseObject([]byte(data), jsonv.Options{}); err != nil {
+			return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
+		}
+		st.data = &content
+	}
+	if st.node, err = decodeState(content, []byte(clock), deleted); err != nil {
+		return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
+	}
+	return st, nil
+}
+
+// mergeChange applies c, stamped by device, to st and stores the result.
+func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange, device string) error {
+	if err := applyChange(st.node, c, device); err != nil {
+		return err
+	}
+	data, clock := encodeState(st.node)
+	if data+"\x00"+clock == st.stored {
+		return nil
+	}
+	st.changed = true
+	st.stored = data + "\x00" + clock
+	err := s.exec(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_data, clock = excluded.clock,
+	sync_version = excluded.sync_version, device_id = excluded.device_id, is_deleted = excluded.is_deleted`,
+		c.table, c.record, data, clock, st.node.stamp.version, st.node.stamp.device, !st.node.exists())
+	if err != nil {
+		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	return nil
+}
+
+// createState stores the state c alone gives, if the record has none
+// yet, and returns it; it returns nil if the record already has a state.
+// A received record is usually new, so trying the insert first saves a
+// lookup.
+func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
+	n := &node{}
+	if err := applyChange(n, c, device); err != nil {
+		return nil, err
+	}
+	data, clock := encodeState(n)
+	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, n.stamp.version, n.stamp.device, !n.exists())
+	if err != nil {
+		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	if k, err := res.RowsAffected(); err != nil || k == 0 {
+		return nil, err
+	}
+	return &recordState{node: n, changed: true}, nil
+}
+
+func applyChange(n *node, c fileChange, device string) error {
+	at := stamp{version: c.version, device: device}
+	if c.deleted {
+		n.applyDelete(at)
+		return nil
+	}
+	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
+	if err != nil {
+		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	n.applyPatch(p, at)
+	return nil
+}
+
+// encodeState returns what sync_states stores for a record.
+func encodeState(n *node) (data, clock string) {
+	data = "{}"
+	if n.exists() {
+		data = string(jsonv.Encode(n.value()))
+	}
+	return data, string(encodeClock(n))
+}
+
+// stmt returns a statement prepared once per sync on the sync's conn.
+func (s *syncRun) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := s.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+func (s *syncRun) exec(ctx context.Context, query string, args ...any) error {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, args...)
+	return err
+}
+
+func (s *syncRun) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...)
+}

@@ -1,0 +1,147 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+)
+
+// The outbox makes publishing a patch file safe against every failure
+// between upload and commit.
+//
+// Seed 000 deletes the uploaded file when the local transaction fails. But
+// another device may have applied the file in between; deleting it then
+// leaves that device with changes the uploader takes back, and the two
+// diverge for good. A crash leaves the file on the remote anyway, and the
+// uploader would later diff its rows against a state that lacks its own
+// file, so a later revert of an edit would look like "no change" and the
+// file's old value would win everywhere.
+//
+// So a published file is never taken back. Before uploading, the engine
+// stores the file in sync_outbox, in the same transaction that reserves
+// its versions. The sync's final transaction deletes it. If that
+// transaction never commits, the next Sync first publishes the stored
+// file again (an existing file of that name means it is there already)
+// and merges it into sync_states, so that every later diff is taken
+// against a state that includes it. The records stay pending; their rows
+// are untouched.
+
+// outboxChunk bounds the memory the outbox needs: files are stored and
+// read back in chunks of this size.
+const outboxChunk = 1 << 20
+
+func saveOutbox(ctx context.Context, q querier, name string, f *os.File) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	buf := make([]byte, outboxChunk)
+	for seq := 0; ; seq++ {
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			if _, err := q.ExecContext(ctx, `INSERT INTO sync_outbox (name, seq, data) VALUES (?, ?, ?)`, name, seq, buf[:n]); err != nil {
+				return err
+			}
+		}
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// outboxReader streams a stored file back, one chunk in memory at a time.
+type outboxReader struct {
+	ctx  context.Context
+	q    querier
+	name string
+	seq  int
+	cur  []byte
+	done bool
+}
+
+func (r *outboxReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		err := r.q.QueryRowContext(r.ctx, `SELECT data FROM sync_outbox WHERE name = ? AND seq = ?`, r.name, r.seq).Scan(&r.cur)
+		if errors.Is(err, sql.ErrNoRows) {
+			r.done = true
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		r.seq++
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// recoverOutbox publishes and adopts a file an earlier sync uploaded (or
+// meant to) without committing.
+func (s *syncRun) recoverOutbox(ctx context.Context) error {
+	e := s.e
+	var name string
+	err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return &Error{Op: "recover upload", Err: err}
+	}
+	err = e.cfg.Remote.Create(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return remoteErr("upload", name, err)
+	}
+	sp, err := newSpool(e.cfg.TempDir)
+	if err != nil {
+		return err
+	}
+	defer sp.close()
+	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
+	counted := &countingReader{r: src}
+	if err := decodePatchFile(counted, e.deviceID, math.MaxInt64, math.MaxInt64, sp.add); err != nil {
+		return &Error{Op: "recover upload", File: name, Err: err}
+	}
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "recover upload", Err: err}
+	}
+	err = func() error {
+		err := sp.each(func(c fileChange) error {
+			st, err := s.createState(ctx, c, e.deviceID)
+			if err != nil || st != nil {
+				return err
+			}
+			if st, err = s.loadState(ctx, c.table, c.record); err != nil {
+				return err
+			}
+			return s.mergeChange(ctx, st, c, e.deviceID)
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, name, counted.n); err != nil {
+			return err
+		}
+		_, err = s.conn.ExecContext(ctx, `DELETE FROM sync_outbox WHERE name = ?`, name)
+		return err
+	}()
+	if err == nil {
+		_, err = s.conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return &Error{Op: "recover upload", File: name, Err: err}
+	}
+	s.report.Recovered = name
+	e.log.Info("drivesync: recovered an upload that was not committed", "file", name)
+	return nil
+}

@@ -1,0 +1,227 @@
+package drivesync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Regression tests for problems an independent review found.
+
+// A sync slower than the listing overlap must not skip files created
+// while it ran: the cursor is the remote's time before the listing.
+func TestSlowSyncDoesNotSkipFiles(t *testing.T) {
+	mem := NewMemoryRemote()
+	clock := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	mem.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
+	a.put("mine", `{"v":1}`)
+	a.eng.testHook = func(p string) error {
+		if p == "fetched" {
+			b.put("theirs", `{"v":1}`)
+			b.sync()
+			mu.Lock()
+			clock = clock.Add(20 * time.Minute)
+			mu.Unlock()
+		}
+		return nil
+	}
+	a.sync()
+	a.eng.testHook = nil
+	mu.Lock()
+	clock = clock.Add(time.Minute)
+	mu.Unlock()
+	a.sync()
+	if a.get("theirs") == "" {
+		t.Fatal("a file created during a slow sync was never applied")
+	}
+}
+
+// A file named in the far future must not move the cursor.
+func TestFutureNameDoesNotFreezeCursor(t *testing.T) {
+	mem := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
+	writeRaw(t, mem, "2099/01/01/patch_20990101T000000.000Z_evil.json.gz", true, "garbage")
+	if r := b.sync(); len(r.Rejected) != 1 {
+		t.Fatalf("rejected %v", r.Rejected)
+	}
+	a.put("n", `{"v":1}`)
+	a.sync()
+	b.sync()
+	if b.get("n") == "" {
+		t.Fatal("b stopped receiving after a future-named file")
+	}
+}
+
+// A rejected file is read again once it may have changed: after an hour
+// (a sync tool may have been writing it), or under new limits.
+func TestRejectedFileRetried(t *testing.T) {
+	dir := t.TempDir()
+	remote, err := NewFolderRemote(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	a.put("n", `{"v":1}`)
+	a.sync()
+	files, _ := remote.List(context.Background(), time.Time{})
+	name := files[0].Name
+	good, _ := remote.Open(context.Background(), name)
+	var content strings.Builder
+	buf := make([]byte, 1<<16)
+	for {
+		k, err := good.Read(buf)
+		content.Write(buf[:k])
+		if err != nil {
+			break
+		}
+	}
+	good.Close()
+	// b first sees the file as a sync tool pre-allocates it: zeros.
+	path := dir + "/" + name
+	writeFile(t, path, strings.Repeat("\x00", content.Len()))
+	if r := b.sync(); len(r.Rejected) != 1 {
+		t.Fatalf("rejected %v, want the unfinished file", r.Rejected)
+	}
+	writeFile(t, path, content.String()) // same size, now complete
+	if r := b.sync(); len(r.Downloaded) != 0 {
+		t.Fatalf("re-read within the hour: %v", r.Downloaded)
+	}
+	b.exec(`UPDATE sync_files SET checked_at = checked_at - 7200`)
+	if r := b.sync(); len(r.Downloaded) != 1 || b.get("n") == "" {
+		t.Fatalf("the completed file was not applied: %+v", r)
+	}
+}
+
+// Clocks nest twice as deep as content; deep content must still load.
+func TestDeepContentClock(t *testing.T) {
+	deep := func(leaf string) string {
+		return strings.Repeat(`{"a":`, 150) + leaf + strings.Repeat("}", 150)
+	}
+	n := &node{}
+	n.applyPatch(mustObject(t, deep(`{"x":1}`), true), stamp{1, "d1"})
+	n.applyPatch(mustObject(t, deep(`{"y":2}`), true), stamp{2, "d2"})
+	data, clock := encodeState(n)
+	back, err := decodeState(mustObject(t, data, false), []byte(clock), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, c := encodeState(back); d != data || c != clock {
+		t.Fatal("deep state did not round-trip")
+	}
+}
+
+// A constraint on a projection column refuses one row; the sync goes on
+// and reports it.
+func TestConstraintOnProjectionReported(t *testing.T) {
+	schema := `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL, slug TEXT UNIQUE)`
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote, schema), newDevice(t, "dev-b", remote, schema)
+	a.put("n1", `{"slug":"same"}`)
+	b.put("n2", `{"slug":"same"}`)
+	a.sync()
+	r := b.sync()
+	if len(r.Unwritten) != 1 || r.Unwritten[0].Record != "n1" || r.Uploaded == "" {
+		t.Fatalf("report %+v, want n1 unwritten and b's upload done", r)
+	}
+	a.put("other", `{"slug":"other"}`)
+	if r := a.sync(); len(r.Unwritten) != 1 || r.Unwritten[0].Record != "n2" {
+		t.Fatalf("a: report %+v, want n2 unwritten", r)
+	}
+	b.sync()
+	if b.get("other") == "" {
+		t.Fatal("b's sync is stuck after a refused row")
+	}
+}
+
+func TestTableNameSpelling(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote())
+	cfg := d.cfg
+	cfg.Tables = []Table{{Name: "Notes"}}
+	_, err := Open(context.Background(), d.db, cfg)
+	if err == nil || !strings.Contains(err.Error(), "spelled notes") {
+		t.Fatalf("got %v, want an error about the spelling", err)
+	}
+	var n int
+	d.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'trigger'`).Scan(&n)
+	if n != 4 {
+		t.Fatalf("%d triggers left, want 4", n)
+	}
+}
+
+// Writes during a sync are rebased with the engine's merge, which keeps
+// nulls inside arrays.
+func TestRebaseKeepsNullsInArrays(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	a.put("n", `{"v":1}`)
+	syncAll(t, a, b)
+	b.put("n", `{"v":2}`)
+	b.sync()
+	a.eng.testHook = func(p string) error {
+		if p == "planned" {
+			a.put("n", `{"v":1,"arr":[{"x":null,"y":1},null]}`)
+		}
+		return nil
+	}
+	a.sync()
+	a.eng.testHook = nil
+	if got, want := a.get("n"), `{"arr":[{"x":null,"y":1},null],"v":2}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+}
+
+// A row rewritten during a sync with the same content but other bytes
+// ends canonical, and the pending mark is cleared.
+func TestDirtyRowRewrittenCanonical(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	a.put("n", `{"x":0}`)
+	a.eng.testHook = func(p string) error {
+		if p == "planned" {
+			a.put("n", `{"y":null,"x":0}`)
+			a.exec(`UPDATE notes SET title = 'set alone' WHERE id = 'n'`)
+		}
+		return nil
+	}
+	a.sync()
+	a.eng.testHook = nil
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+}
+
+// A file claiming a version beyond the limit is rejected; one at the
+// limit makes the store refuse further changes with a clear error rather
+// than write files the others would refuse.
+func TestVersionLimit(t *testing.T) {
+	remote := NewMemoryRemote()
+	b := newDevice(t, "dev-b", remote)
+	body := func(v int64) string {
+		return fmt.Sprintf(`{"format":1,"device":"dev-x","changes":[{"table_name":"notes","record_id":"r%d","patch":{"a":1},"sync_version":%d}]}`, v, v)
+	}
+	writeRaw(t, remote, "2026/01/01/patch_20260101T000000.000Z_dev-x.json.gz", true, body(maxVersion+1))
+	writeRaw(t, remote, "2026/01/01/patch_20260101T000001.000Z_dev-x.json.gz", true, body(maxVersion))
+	r := b.sync()
+	if len(r.Rejected) != 1 || len(r.Downloaded) != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	b.put("mine", `{"v":1}`)
+	_, err := b.eng.Sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "cannot take more changes") {
+		t.Fatalf("got %v, want the version limit error", err)
+	}
+	if b.pendingCount() != 1 {
+		t.Fatal("the local change was dropped")
+	}
+	var de *Error
+	if !errors.As(err, &de) {
+		t.Fatalf("%T is not *Error", err)
+	}
+}
