@@ -18,7 +18,6 @@ import (
 
 // commit applies everything in one write transaction.
 func (s *syncRun) commit(ctx context.Context) error {
-	e := s.e
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "apply", Err: err}
 	}
@@ -37,8 +36,8 @@ func (s *syncRun) commit(ctx context.Context) error {
 		}
 		return err
 	}
-	e.log.Info("drivesync: synced", "downloaded", len(s.report.Downloaded), "received", s.report.ChangesReceived, "sent", s.report.ChangesSent)
-	return nil
+	s.e.log.Info("drivesync: synced", "downloaded", len(s.report.Downloaded), "received", s.report.ChangesReceived, "sent", s.report.ChangesSent)
+	return s.hook("committed")
 }
 
 func (s *syncRun) apply(ctx context.Context) error {

@@ -120,9 +120,9 @@ type Engine struct {
 	closed   atomic.Bool
 
 	// testHook, when set by a test, runs at each step boundary of a sync
-	// ("fetched", "planned", "uploaded", "applied": the last is inside
-	// the transaction, before COMMIT); an error it returns fails the sync
-	// there, as a failure of that step would.
+	// ("fetched", "planned", "uploaded", "applied" inside the transaction
+	// before COMMIT, "committed" after it); an error it returns fails the
+	// sync there, as a failure of that step would.
 	testHook func(point string) error
 }
 

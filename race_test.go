@@ -1,0 +1,5 @@
+//go:build race
+
+package drivesync
+
+const raceEnabled = true
