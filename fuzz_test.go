@@ -86,13 +86,18 @@ func FuzzDiffApply(f *testing.F) {
 		if got := string(jsonv.Encode(n.value())); got != want {
 			t.Fatalf("merge: apply(%s, %s) = %s, want %s", jsonv.Encode(a), jsonv.Encode(p), got, want)
 		}
-		out, err := jsonpatch.MergePatch(jsonv.Encode(a), jsonv.Encode(p))
-		if err != nil {
-			t.Fatalf("MergePatch: %v", err)
-		}
-		ref, err := jsonv.ParseObject(out, jsonv.Options{})
-		if err != nil || string(jsonv.Encode(ref)) != want {
-			t.Fatalf("RFC 7396: apply(%s, %s) = %s, want %s", jsonv.Encode(a), jsonv.Encode(p), out, want)
+		// The reference library drops null members of objects inside
+		// arrays, where RFC 7396 takes an array value as it is; compare
+		// with it only where that cannot matter.
+		if !bytes.Contains(jsonv.Encode(p), []byte("null")) || !bytes.Contains(jsonv.Encode(p), []byte("[")) {
+			out, err := jsonpatch.MergePatch(jsonv.Encode(a), jsonv.Encode(p))
+			if err != nil {
+				t.Fatalf("MergePatch: %v", err)
+			}
+			ref, err := jsonv.ParseObject(out, jsonv.Options{})
+			if err != nil || string(jsonv.Encode(ref)) != want {
+				t.Fatalf("RFC 7396: apply(%s, %s) = %s, want %s", jsonv.Encode(a), jsonv.Encode(p), out, want)
+			}
 		}
 		// The stored form round-trips.
 		back, err := decodeState(n.value(), encodeClock(n), false)
