@@ -23,6 +23,13 @@ var (
 	ErrRemote = errors.New("remote storage failed")
 	// ErrClosed is returned by Sync after Close.
 	ErrClosed = errors.New("engine closed")
+	// ErrAuth marks a remote that refused the app's credentials: the
+	// sign-in expired or was revoked (invalid_grant), or the app lacks
+	// the permission. The user must sign in again.
+	ErrAuth = errors.New("not authorized: sign in again")
+	// ErrQuota marks a remote that is out of storage. The user must free
+	// space or buy more.
+	ErrQuota = errors.New("storage quota exceeded: free space on the drive or buy more storage")
 )
 
 // Error describes a failure of one step of a sync.

@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
@@ -85,6 +86,32 @@ func (r *outboxReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// remoteMatchesOutbox reports whether the remote file of that name holds
+// exactly the stored upload.
+func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, error) {
+	rc, err := s.e.cfg.Remote.Open(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	local := bufio.NewReader(&outboxReader{ctx: ctx, q: s.conn, name: name})
+	remote := bufio.NewReader(io.LimitReader(rc, s.e.cfg.MaxFileSize+1))
+	for {
+		a, errA := local.ReadByte()
+		b, errB := remote.ReadByte()
+		switch {
+		case errA == io.EOF && errB == io.EOF:
+			return true, nil
+		case errB != nil && errB != io.EOF:
+			return false, errB
+		case errA != nil && errA != io.EOF:
+			return false, errA
+		case errA != nil || errB != nil || a != b:
+			return false, nil
+		}
+	}
+}
+
 // recoverOutbox publishes and adopts a file an earlier sync uploaded (or
 // meant to) without committing.
 func (s *syncRun) recoverOutbox(ctx context.Context) error {
@@ -97,9 +124,26 @@ func (s *syncRun) recoverOutbox(ctx context.Context) error {
 	if err != nil {
 		return &Error{Op: "recover upload", Err: err}
 	}
-	err = e.cfg.Remote.Create(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
-	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return remoteErr("upload", name, err)
+	for attempt := 0; ; attempt++ {
+		err = e.cfg.Remote.Create(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
+		if errors.Is(err, fs.ErrExist) {
+			// Published by the earlier sync, or another file of that
+			// name: only the same bytes prove the former.
+			var same bool
+			if same, err = s.remoteMatchesOutbox(ctx, name); err == nil && !same {
+				if attempt == 3 {
+					return &Error{Op: "recover upload", File: name, Err: errors.New("the name keeps colliding with other files")}
+				}
+				if name, err = s.renameOutbox(ctx, name); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if err != nil {
+			return remoteErr("upload", name, err)
+		}
+		break
 	}
 	sp, err := newSpool(e.cfg.TempDir)
 	if err != nil {

@@ -225,3 +225,44 @@ func TestVersionLimit(t *testing.T) {
 		t.Fatalf("%T is not *Error", err)
 	}
 }
+
+// A remote clock that does not move makes a device's next upload name
+// collide with its last one: the engine renames, never takes the other
+// file for its own.
+func TestUploadNameCollision(t *testing.T) {
+	mem := NewMemoryRemote()
+	frozen := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	mem.SetClock(func() time.Time { return frozen })
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
+	a.put("n1", `{"v":1}`)
+	r1 := a.sync()
+	a.put("n2", `{"v":2}`)
+	r2 := a.sync()
+	if r1.Uploaded == r2.Uploaded || r2.Uploaded == "" {
+		t.Fatalf("uploads %q and %q", r1.Uploaded, r2.Uploaded)
+	}
+	// The same at recovery: the first attempt fails before storing, and
+	// the stored upload's name is already taken by another file (the
+	// first upload, under the frozen clock).
+	fr := &failingRemote{Remote: mem, failCreate: true}
+	a.cfg.Remote = fr
+	a.open()
+	a.put("n3", `{"v":3}`)
+	if _, err := a.eng.Sync(context.Background()); err == nil {
+		t.Fatal("sync succeeded with a failing Create")
+	}
+	var pending string
+	a.db.QueryRow(`SELECT name FROM sync_outbox`).Scan(&pending)
+	if pending != r1.Uploaded {
+		t.Fatalf("outbox name %q, want the colliding %q", pending, r1.Uploaded)
+	}
+	fr.failCreate = false
+	if r := a.sync(); r.Recovered == "" || r.Recovered == pending {
+		t.Fatalf("recovered %q, want the upload under a new name (not %q)", r.Recovered, pending)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if b.get("n3") != `{"v":3}` {
+		t.Fatal("the renamed upload never arrived")
+	}
+}

@@ -236,8 +236,8 @@ func (s *syncRun) fetch(ctx context.Context) error {
 	s.listed = map[string]bool{}
 	for _, f := range files {
 		at, _, ok := parsePatchName(f.Name)
-		if !ok {
-			continue // not ours: snapshots of later versions, other apps' files
+		if !ok || s.listed[f.Name] {
+			continue // not ours (other apps' files), or listed twice
 		}
 		s.listed[f.Name] = true
 		if k, seen := s.known[f.Name]; seen && (k.status == "applied" || s.stillRejected(k, f)) {
@@ -495,6 +495,22 @@ func (s *syncRun) newUpload() (*patchWriter, error) {
 	return newPatchWriter(f, s.e.deviceID)
 }
 
+// renameOutbox gives the stored upload a new name, later than old.
+func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) {
+	now, err := s.e.cfg.Remote.Now(ctx)
+	if err != nil {
+		return "", remoteErr("upload", old, err)
+	}
+	if at, _, _ := parsePatchName(old); !now.After(at) {
+		now = at.Add(time.Millisecond)
+	}
+	name := patchFileName(now, s.e.deviceID)
+	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old); err != nil {
+		return "", &Error{Op: "upload", File: old, Err: err}
+	}
+	return name, nil
+}
+
 // send reserves the versions it is about to publish and stores the file
 // in the outbox, in one transaction, then uploads it. Reserving first means
 // that however the sync ends, later changes are numbered above the ones in
@@ -536,11 +552,22 @@ func (s *syncRun) send(ctx context.Context) error {
 		return &Error{Op: "reserve versions", Err: err}
 	}
 	e.progress("upload", 0, 1)
-	if _, err := s.upload.Seek(0, io.SeekStart); err != nil {
-		return &Error{Op: "upload", File: name, Err: err}
-	}
-	if err := e.cfg.Remote.Create(ctx, name, s.upload); err != nil {
-		return remoteErr("upload", name, err)
+	for attempt := 0; ; attempt++ {
+		if _, err := s.upload.Seek(0, io.SeekStart); err != nil {
+			return &Error{Op: "upload", File: name, Err: err}
+		}
+		err := e.cfg.Remote.Create(ctx, name, s.upload)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || attempt == 3 {
+			return remoteErr("upload", name, err)
+		}
+		// Another file has this name (a clock that went back): the
+		// outbox must not later take that file for ours. Rename.
+		if name, err = s.renameOutbox(ctx, name); err != nil {
+			return err
+		}
 	}
 	s.report.Uploaded, s.report.ChangesSent = name, s.sent
 	e.progress("upload", 1, 1)

@@ -1,0 +1,118 @@
+package drivesync
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/drivesync/drivesync/internal/drivefake"
+)
+
+func driveDevice(t *testing.T, srv *drivefake.Server, name string) *device {
+	t.Helper()
+	r, err := NewDriveRemote(context.Background(), srv.Service(context.Background(), t), DriveOptions{MinSleep: time.Millisecond, MaxSleep: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newDevice(t, name, r)
+}
+
+// TestSyncOverDrive runs the core scenarios over the fake Drive with
+// rate limits, server errors, dropped connections and listing lag.
+func TestSyncOverDrive(t *testing.T) {
+	srv := drivefake.New(t)
+	a, b, c := driveDevice(t, srv, "dev-a"), driveDevice(t, srv, "dev-b"), driveDevice(t, srv, "dev-c")
+	srv.SetListingLag(1)
+	a.put("r", `{"title":"A","desc":"A"}`)
+	syncAll(t, a, b, c)
+	a.put("r", `{"title":"B","desc":"A"}`)
+	b.put("r", `{"title":"A","desc":"B"}`)
+	c.put("other", `{"n":9007199254740993}`)
+	srv.Fail(
+		drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusForbidden, Reason: "userRateLimitExceeded", Times: 3},
+		drivefake.Fault{Method: "POST", PathPrefix: "/upload", Status: http.StatusServiceUnavailable, Times: 2},
+		drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files/", ResetMidBody: true, Times: 2},
+		drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusTooManyRequests, RetryAfter: "0", Times: 2},
+	)
+	for round := 0; round < 3; round++ {
+		for _, d := range []*device{b, a, c} {
+			d.eng.Sync(context.Background()) // faults may fail a sync; the next one retries
+		}
+	}
+	syncAll(t, a, b, c)
+	assertConverged(t, a, b, c)
+	if got, want := c.get("r"), `{"desc":"B","title":"B"}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+// TestDriveRequestBudget counts HTTP requests at the fake server: a sync
+// with nothing new costs at most 2, one that uploads a file and downloads
+// k files at most 4+k (folders created or discovered once a day aside).
+func TestDriveRequestBudget(t *testing.T) {
+	srv := drivefake.New(t)
+	a, b := driveDevice(t, srv, "dev-a"), driveDevice(t, srv, "dev-b")
+	// Warm up: both devices have synced and uploaded today.
+	a.put("wa", `{"v":1}`)
+	b.put("wb", `{"v":1}`)
+	syncAll(t, a, b)
+
+	srv.ResetRequests()
+	a.sync()
+	if n := srv.Requests(); n > 2 {
+		t.Errorf("a sync with nothing new cost %d requests, want at most 2: %v", n, srv.RequestLog())
+	}
+	const k = 3
+	for i := range k {
+		b.put(fmt.Sprint("from-b-", i), `{"v":1}`)
+		b.sync()
+	}
+	a.put("mine", `{"v":1}`)
+	srv.ResetRequests()
+	r := a.sync()
+	if len(r.Downloaded) != k || r.Uploaded == "" {
+		t.Fatalf("report %+v", r)
+	}
+	if n := srv.Requests(); n > 4+k {
+		t.Errorf("upload 1 + download %d cost %d requests, want at most %d: %v", k, n, 4+k, srv.RequestLog())
+	}
+	t.Logf("requests: nothing new: see above; upload 1 + download %d: %d", k, srv.Requests())
+}
+
+// BenchmarkDriveRequests compares the HTTP requests of a sync that sends
+// n changed records with a design that stores one file per record, as
+// RxDB's Drive plugin and Joplin's file targets do.
+func BenchmarkDriveRequests(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			srv := drivefake.New(b)
+			r, err := NewDriveRemote(context.Background(), srv.Service(context.Background(), b), DriveOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := newDevice(b, "dev-a", r)
+			d.put("warm", `{"v":0}`)
+			d.sync()
+			var ours, perRecord int
+			for i := 0; b.Loop(); i++ {
+				for j := range n {
+					d.put(fmt.Sprintf("r%d", j), fmt.Sprintf(`{"v":%d}`, i))
+				}
+				srv.ResetRequests()
+				d.sync()
+				ours += srv.Requests()
+				srv.ResetRequests()
+				for j := range n { // the per-record design: one file per changed record
+					if err := r.Create(context.Background(), fmt.Sprintf("2026/01/01/rec-%d-%d", i, j), http.NoBody); err != nil {
+						b.Fatal(err)
+					}
+				}
+				perRecord += srv.Requests()
+			}
+			b.ReportMetric(float64(ours)/float64(b.N), "requests/sync")
+			b.ReportMetric(float64(perRecord)/float64(b.N), "per-record-design-requests")
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package drivesync_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/internal/drivefake"
+	"github.com/drivesync/drivesync/internal/remotetest"
+)
+
+// fastRetries keeps the tests' backoff short; the behaviour is the same.
+var fastRetries = drivesync.DriveOptions{MinSleep: time.Millisecond, MaxSleep: 5 * time.Millisecond}
+
+func newDrive(t *testing.T, srv *drivefake.Server, opts drivesync.DriveOptions) *drivesync.DriveRemote {
+	t.Helper()
+	ctx := context.Background()
+	r, err := drivesync.NewDriveRemote(ctx, srv.Service(ctx, t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestDriveRemoteConformance(t *testing.T) {
+	for _, folder := range []string{"", "My App Sync"} {
+		t.Run("folder="+folder, func(t *testing.T) {
+			remotetest.Run(t, func(t *testing.T) drivesync.Remote {
+				opts := fastRetries
+				opts.Folder = folder
+				return newDrive(t, drivefake.New(t), opts)
+			}, remotetest.Options{CreateMayRace: true})
+		})
+	}
+}
+
+func createFile(t *testing.T, r drivesync.Remote, name, content string) {
+	t.Helper()
+	if err := r.Create(context.Background(), name, strings.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDriveRetries: rate limits, server errors and dropped connections are
+// retried (honouring Retry-After); auth and quota failures are not.
+func TestDriveRetries(t *testing.T) {
+	srv := drivefake.New(t)
+	r := newDrive(t, srv, fastRetries)
+	createFile(t, r, "2026/11/22/a", "hello")
+	ctx := context.Background()
+	for _, f := range []drivefake.Fault{
+		{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusForbidden, Reason: "userRateLimitExceeded", Times: 2},
+		{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusForbidden, Reason: "rateLimitExceeded", Times: 1},
+		{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusTooManyRequests, RetryAfter: "0", Times: 2},
+		{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusServiceUnavailable, Times: 2},
+		{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusInternalServerError, Times: 1},
+		{Method: "GET", PathPrefix: "/drive/v3/files", ResetMidBody: true, Times: 1},
+	} {
+		srv.Fail(f)
+		files, err := r.List(ctx, time.Time{})
+		if err != nil || len(files) != 1 {
+			t.Errorf("fault %+v: List = %v, %v; want it retried to success", f, files, err)
+		}
+	}
+	// Retry-After is honoured: the call waits at least that long.
+	srv.Fail(drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusTooManyRequests, RetryAfter: "1", Times: 1})
+	start := time.Now()
+	if _, err := r.List(ctx, time.Time{}); err != nil || time.Since(start) < time.Second {
+		t.Errorf("Retry-After: err %v after %v, want success after at least 1s", err, time.Since(start))
+	}
+	for _, tc := range []struct {
+		fault drivefake.Fault
+		want  error
+	}{
+		{drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusUnauthorized, Times: 1}, drivesync.ErrAuth},
+		{drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusForbidden, Reason: "storageQuotaExceeded", Times: 1}, drivesync.ErrQuota},
+		{drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusForbidden, Reason: "insufficientPermissions", Times: 1}, drivesync.ErrAuth},
+	} {
+		srv.ResetRequests()
+		srv.Fail(tc.fault)
+		_, err := r.List(ctx, time.Time{})
+		if !errors.Is(err, tc.want) || srv.Requests() != 1 {
+			t.Errorf("fault %+v: got %v after %d requests, want %v at once", tc.fault, err, srv.Requests(), tc.want)
+		}
+	}
+	// A deadline bounds the retries.
+	slow := newDrive(t, srv, drivesync.DriveOptions{MinSleep: 50 * time.Millisecond, MaxSleep: time.Second, MaxAttempts: 1000})
+	srv.Fail(drivefake.Fault{Method: "GET", PathPrefix: "/drive/v3/files", Status: http.StatusServiceUnavailable, Times: 1000})
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := slow.List(dctx, time.Time{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want the deadline", err)
+	}
+}
+
+func TestDriveUploadIsVerified(t *testing.T) {
+	srv := drivefake.New(t)
+	r := newDrive(t, srv, fastRetries)
+	// A create whose response is lost is retried; the content is read
+	// again from the start.
+	srv.Fail(drivefake.Fault{Method: "POST", PathPrefix: "/upload/drive/v3/files", Status: http.StatusServiceUnavailable, Times: 1})
+	createFile(t, r, "2026/11/22/b", "payload")
+	rc, err := r.Open(context.Background(), "2026/11/22/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(got) != "payload" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestDriveDuplicateDayFolders(t *testing.T) {
+	srv := drivefake.New(t)
+	ctx := context.Background()
+	a := newDrive(t, srv, fastRetries)
+	b := newDrive(t, srv, fastRetries)
+	// Both devices create the same day folder without seeing the other's.
+	createFile(t, a, "2026/11/22/from-a", "a")
+	createFile(t, b, "2026/11/22/from-b", "b")
+	folders := 0
+	for _, f := range srv.Files() {
+		if f.MimeType == drivefake.FolderMimeType && f.Name == "22" {
+			folders++
+		}
+	}
+	if folders != 2 {
+		t.Logf("day folders named 22: %d (devices shared one)", folders)
+	}
+	c := newDrive(t, srv, fastRetries)
+	files, err := c.List(ctx, time.Time{})
+	if err != nil || len(files) != 2 {
+		t.Fatalf("List = %v, %v; want both files", files, err)
+	}
+	for _, name := range []string{"2026/11/22/from-a", "2026/11/22/from-b"} {
+		rc, err := c.Open(ctx, name)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", name, err)
+		}
+		rc.Close()
+	}
+	if err := c.Delete(ctx, "2026/11/22/from-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Open(ctx, "2026/11/22/from-a"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after Delete: %v", err)
+	}
+}
