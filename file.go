@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"strings"
@@ -40,6 +41,9 @@ func patchFileName(at time.Time, device string) string {
 
 // parsePatchName returns the time and device a patch file name claims.
 func parsePatchName(name string) (at time.Time, device string, ok bool) {
+	if checkRemoteName(name) != nil {
+		return time.Time{}, "", false // "..", absolute, hidden: not a name we write
+	}
 	base := path.Base(name)
 	rest, found := strings.CutPrefix(base, "patch_")
 	if !found {
@@ -151,6 +155,27 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
+// valueLimiter fails reads past limit, a position in the stream that the
+// decoder moves forward value by value.
+type valueLimiter struct {
+	r     io.Reader
+	read  int64
+	limit int64
+}
+
+func (v *valueLimiter) Read(p []byte) (int, error) {
+	room := v.limit - v.read
+	if room <= 0 {
+		return 0, fmt.Errorf("%w: one change is over the record size limit", errTooLarge)
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := v.r.Read(p)
+	v.read += int64(n)
+	return n, err
+}
+
 // fileChange is a validated change, as the spool holds it.
 type fileChange struct {
 	table, record string
@@ -177,20 +202,33 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 		return fmt.Errorf("not gzip: %w", err)
 	}
 	defer gz.Close()
-	dec := json.NewDecoder(&limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"})
+	values := &valueLimiter{r: &limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"}, limit: math.MaxInt64}
+	dec := json.NewDecoder(values)
 	dec.UseNumber()
+	// json.Decoder buffers a whole value: bound each change (and each
+	// unknown member) to what a record may take, so that one huge change
+	// cannot make the decoder hold the whole file.
+	valueBound := 2*maxRecord + 64<<10
+	bound := func() { values.limit = dec.InputOffset() + valueBound }
 	if err := expectDelim(dec, '{'); err != nil {
 		return err
 	}
 	var format int64
 	var device string
 	sawChanges := false
+	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return err
 		}
 		key, _ := tok.(string)
+		if seen[key] {
+			// Readers disagree on repeated members (first or last
+			// wins?): an untrusted file must not be read two ways.
+			return fmt.Errorf("member %q appears twice", key)
+		}
+		seen[key] = true
 		switch key {
 		case "format":
 			var n json.Number
@@ -219,6 +257,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 			}
 			for i := 0; dec.More(); i++ {
 				var e fileEntry
+				bound()
 				if err := dec.Decode(&e); err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
@@ -236,6 +275,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 			sawChanges = true
 		default:
 			var skip json.RawMessage // fields of later formats
+			bound()
 			if err := dec.Decode(&skip); err != nil {
 				return err
 			}
@@ -247,10 +287,13 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 	if !sawChanges {
 		return errors.New(`no "changes"`)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the end of the file")
+	switch _, err := dec.Token(); {
+	case err == io.EOF:
+		return nil
+	case err != nil:
+		return err // a read error, or malformed trailing data
 	}
-	return nil
+	return errors.New("data after the end of the file")
 }
 
 func expectDelim(dec *json.Decoder, want json.Delim) error {

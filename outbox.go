@@ -153,6 +153,9 @@ func (s *syncRun) recoverOutbox(ctx context.Context) error {
 	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
 	counted := &countingReader{r: src}
 	if err := decodePatchFile(counted, e.deviceID, math.MaxInt64, math.MaxInt64, sp.add); err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		return &Error{Op: "recover upload", File: name, Err: err}
 	}
 	if err := beginImmediate(ctx, s.conn); err != nil {

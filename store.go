@@ -299,7 +299,13 @@ func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 	backoff := 5 * time.Millisecond
 	for {
 		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
-		if err == nil || !isBusy(err) {
+		if err == nil {
+			return nil
+		}
+		// The driver may report a context that ended during a BEGIN that
+		// did begin: never leave the connection inside a transaction.
+		endTx(conn)
+		if !isBusy(err) {
 			return err
 		}
 		sleep := backoff/2 + rand.N(backoff)
@@ -310,6 +316,12 @@ func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// endTx rolls back whatever transaction conn may be in; without one,
+// SQLite's error is the expected answer and is ignored.
+func endTx(conn *sql.Conn) {
+	conn.ExecContext(context.Background(), "ROLLBACK")
 }
 
 // isConstraint reports SQLITE_CONSTRAINT (primary code 19).

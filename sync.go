@@ -57,6 +57,9 @@ func (e *Engine) Sync(ctx context.Context) (Report, error) {
 		return Report{}, &Error{Op: "sync", Err: err}
 	}
 	defer conn.Close()
+	// Whatever happened, the connection goes back to the app's pool
+	// outside any transaction.
+	defer endTx(conn)
 	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}}
 	defer s.cleanup()
 	err = s.run(ctx)
@@ -344,6 +347,7 @@ func (s *syncRun) buildPlan(ctx context.Context) (err error) {
 		return &Error{Op: "sync", Err: err}
 	}
 	if _, err := s.conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		endTx(s.conn)
 		return &Error{Op: "sync", Err: err}
 	}
 	defer s.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT") // read-only: ends the snapshot

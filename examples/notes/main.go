@@ -1,11 +1,12 @@
 // Command notes is a small notes app whose SQLite database syncs across
-// devices through a shared folder (Dropbox, iCloud Drive, Syncthing, a
-// network share) with drivesync.
+// devices with drivesync, through a shared folder (Dropbox, iCloud Drive,
+// Syncthing, a network share) or, with -drive, through the app's hidden
+// app-data folder in the user's Google Drive.
 //
 // The app reads and writes its notes table with plain SQL. drivesync.Open
 // installs triggers that capture every write; Engine.Sync exchanges the
 // captured changes with the other devices. Run "notes -h" for usage, or
-// "notes demo" to watch two devices sync.
+// "notes demo" to watch two devices sync. drive.go has the Google sign-in.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/oauth2"
 	_ "modernc.org/sqlite"
 
 	"github.com/drivesync/drivesync"
@@ -39,16 +42,31 @@ const schema = `CREATE TABLE IF NOT EXISTS notes (
 	updated_at TEXT
 )`
 
-const usage = `usage: notes [-db PATH] [-remote DIR] <command> [args]
+const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON]] <command> [args]
   add TEXT            add a note, print its id
   edit ID TEXT        change a note's text
   delete ID           soft-delete a note
   purge ID            physically delete a note
   list                list notes that are not deleted
-  sync                sync with the remote folder
+  sync                sync with the remote folder or Google Drive
+  signin              (-drive) sign in to Google again
+  signout             (-drive) delete the saved Google sign-in
 notes demo            two devices syncing through a temp folder
--db defaults to $NOTES_DB or notes.db, -remote to $NOTES_REMOTE
+-db defaults to $NOTES_DB or notes.db, -remote to $NOTES_REMOTE.
+-drive syncs through your Google Drive instead of a folder. It needs the
+app's OAuth client of type Desktop app: -credentials JSON, default
+$NOTES_GOOGLE_CREDENTIALS (see the README, Google Drive). The first use
+opens your browser to sign in.
 `
+
+// options are the command line's settings.
+type options struct {
+	dbPath      string
+	remoteDir   string    // -remote: the shared folder
+	drive       bool      // -drive: Google Drive instead of a folder
+	credentials string    // -credentials: the OAuth client JSON, for -drive
+	prompt      io.Writer // where sign-in talks to the user
+}
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -64,16 +82,25 @@ func run(args []string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("notes", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.Usage = func() { fmt.Fprint(stderr, usage) }
-	dbPath := flags.String("db", envOr("NOTES_DB", "notes.db"), "database file")
-	remoteDir := flags.String("remote", os.Getenv("NOTES_REMOTE"), "shared folder to sync through")
+	opts := options{prompt: stderr}
+	flags.StringVar(&opts.dbPath, "db", envOr("NOTES_DB", "notes.db"), "database file")
+	flags.StringVar(&opts.remoteDir, "remote", os.Getenv("NOTES_REMOTE"), "shared folder to sync through")
+	flags.BoolVar(&opts.drive, "drive", false, "sync through Google Drive")
+	flags.StringVar(&opts.credentials, "credentials", os.Getenv("NOTES_GOOGLE_CREDENTIALS"), "OAuth client JSON, for -drive")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
+	// $NOTES_REMOTE is ignored with -drive; an explicit -remote is a mistake.
+	remoteFlag := false
+	flags.Visit(func(f *flag.Flag) { remoteFlag = remoteFlag || f.Name == "remote" })
+	if opts.drive && remoteFlag {
+		return errors.New("-drive and -remote are exclusive: sync through Google Drive or through a shared folder, not both")
+	}
 	cmd, args := flags.Arg(0), flags.Args()[min(1, flags.NArg()):]
-	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "demo": 0}
+	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "demo": 0, "signin": 0, "signout": 0}
 	n, ok := want[cmd]
 	switch {
 	case cmd == "":
@@ -85,11 +112,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s takes %d argument(s), got %d (run notes -h for help)", cmd, n, len(args))
 	case cmd == "demo":
 		return demo(ctx, stdout)
-	case *remoteDir == "":
-		return errors.New("no remote folder: pass -remote DIR or set NOTES_REMOTE to the folder your devices share")
+	case (cmd == "signin" || cmd == "signout") && !opts.drive:
+		return fmt.Errorf("%s is about Google Drive: run notes -drive %s", cmd, cmd)
+	case cmd == "signin":
+		return signInAgain(ctx, opts)
+	case cmd == "signout":
+		return signOut(stdout)
+	case !opts.drive && opts.remoteDir == "":
+		return errors.New("no remote: pass -remote DIR or set NOTES_REMOTE to the folder your devices share, or pass -drive to sync through Google Drive")
 	}
 
-	a, err := openApp(ctx, *dbPath, *remoteDir, "")
+	remote, err := openRemote(ctx, opts)
+	if err != nil {
+		return driveHelp(err)
+	}
+	a, err := openApp(ctx, opts.dbPath, remote, "")
 	if err != nil {
 		return err
 	}
@@ -116,7 +153,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default: // sync
 		r, err := a.engine.Sync(ctx)
 		printReport(stdout, r)
-		return err
+		return driveHelp(err)
 	}
 }
 
@@ -136,15 +173,45 @@ type app struct {
 	engine *drivesync.Engine
 }
 
+// openRemote returns the remote the devices share: the folder of -remote,
+// or with -drive the app-data folder in the user's Google Drive, signing
+// in first if no sign-in is saved. NewDriveRemote checks the sign-in.
+func openRemote(ctx context.Context, opts options) (drivesync.Remote, error) {
+	if !opts.drive {
+		return drivesync.NewFolderRemote(opts.remoteDir)
+	}
+	cfg, err := oauthConfig(opts.credentials)
+	if err != nil {
+		return nil, err
+	}
+	store, err := tokenStore()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := store.Load(ctx)
+	if errors.Is(err, fs.ErrNotExist) {
+		tok, err = signIn(ctx, cfg, store, opts.prompt, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The token source refreshes the access token when it expires and
+	// saves each new token, so that the sign-in lasts across runs.
+	client := oauth2.NewClient(ctx, drivesync.SavingTokenSource(ctx, cfg, tok, store))
+	svc, err := newDriveService(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	// The zero DriveOptions keep the files in the app-data folder, the
+	// only place the scope ScopeAppData lets the app see.
+	return drivesync.NewDriveRemote(ctx, svc, drivesync.DriveOptions{})
+}
+
 // openApp opens the database, creates the notes table and opens the sync
 // engine on it. The engine must be opened before the app writes: Open
 // installs the triggers that capture writes. deviceID "" lets the engine
 // pick and store a random id.
-func openApp(ctx context.Context, dbPath, remoteDir, deviceID string) (*app, error) {
-	remote, err := drivesync.NewFolderRemote(remoteDir)
-	if err != nil {
-		return nil, err
-	}
+func openApp(ctx context.Context, dbPath string, remote drivesync.Remote, deviceID string) (*app, error) {
 	dsn := "file:" + dbPath + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -257,6 +324,9 @@ ORDER BY updated_at, content ->> '$.text', id`)
 // printReport prints what a sync did, file names and problems included.
 func printReport(w io.Writer, r drivesync.Report) {
 	fmt.Fprintln(w, summary(r))
+	if r.Recovered != "" {
+		fmt.Fprintln(w, "uploaded", r.Recovered, "(left by a sync that failed)")
+	}
 	if r.Uploaded != "" {
 		fmt.Fprintln(w, "uploaded", r.Uploaded)
 	}
@@ -271,6 +341,11 @@ func printReport(w io.Writer, r drivesync.Report) {
 // summary says in one line what a sync did.
 func summary(r drivesync.Report) string {
 	var parts []string
+	if r.Recovered != "" {
+		// An earlier sync failed after saving its file for upload; this
+		// one finished sending it.
+		parts = append(parts, "sent the changes of a sync that failed")
+	}
 	if len(r.Downloaded) > 0 {
 		parts = append(parts, fmt.Sprintf("received %s from %s", plural(r.ChangesReceived, "change"), plural(len(r.Downloaded), "file")))
 	}
@@ -307,7 +382,11 @@ func demo(ctx context.Context, w io.Writer) error {
 	}
 	var devs [2]*device
 	for i, name := range []string{"laptop", "desktop"} {
-		a, err := openApp(ctx, filepath.Join(dir, name+".db"), shared, name)
+		remote, err := openRemote(ctx, options{remoteDir: shared})
+		if err != nil {
+			return err
+		}
+		a, err := openApp(ctx, filepath.Join(dir, name+".db"), remote, name)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,21 +21,41 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-// cli runs notes commands as one device: its own database, the shared folder.
+// cli runs notes commands as one device: its own database, the shared
+// remote that flags name ("-remote DIR" or "-drive").
 type cli struct {
-	t      *testing.T
-	db     string
-	remote string
+	t     *testing.T
+	db    string
+	flags []string
 }
 
 func (c cli) run(args ...string) string {
 	c.t.Helper()
-	var out, errOut bytes.Buffer
-	args = append([]string{"-db", c.db, "-remote", c.remote}, args...)
-	if err := run(args, &out, &errOut); err != nil {
-		c.t.Fatalf("notes %s: %v\nstderr: %s", strings.Join(args, " "), err, errOut.String())
+	out, err := c.try(args...)
+	if err != nil {
+		c.t.Fatalf("notes %s: %v", strings.Join(args, " "), err)
 	}
-	return out.String()
+	return out
+}
+
+// fail runs a command that must fail and returns its error message.
+func (c cli) fail(args ...string) string {
+	c.t.Helper()
+	out, err := c.try(args...)
+	if err == nil {
+		c.t.Fatalf("notes %s succeeded, want an error; stdout:\n%s", strings.Join(args, " "), out)
+	}
+	return err.Error()
+}
+
+func (c cli) try(args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	args = append(append([]string{"-db", c.db}, c.flags...), args...)
+	err := run(args, &out, &errOut)
+	if err != nil {
+		err = fmt.Errorf("%w\nstderr: %s", err, errOut.String())
+	}
+	return out.String(), err
 }
 
 // rows counts the note's rows, soft-deleted or not.
@@ -57,8 +78,8 @@ func TestTwoDevices(t *testing.T) {
 	t.Setenv("NOTES_REMOTE", "")
 	dir := t.TempDir()
 	remote := t.TempDir()
-	a := cli{t, filepath.Join(dir, "a.db"), remote}
-	b := cli{t, filepath.Join(dir, "b.db"), remote}
+	a := cli{t, filepath.Join(dir, "a.db"), []string{"-remote", remote}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-remote", remote}}
 
 	first := strings.TrimSpace(a.run("add", "first note"))
 	second := strings.TrimSpace(a.run("add", "second note"))
