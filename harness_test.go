@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/drivesync/drivesync/internal/drivefake"
 )
 
 // The reliability harness: random multi-device schedules of app writes
@@ -34,7 +37,10 @@ import (
 //
 //	go test -run 'TestSchedules/<subtest>' -rapid.seed=<seed> .
 
-var schedules = flag.Int("schedules", 0, "randomized schedules for TestSchedules (0: 2000, or 200 with -race)")
+var (
+	schedules      = flag.Int("schedules", 0, "randomized schedules for TestSchedules (0: 2000, or 200 with -race)")
+	driveSchedules = flag.Int("drive-schedules", 0, "randomized schedules for TestSchedulesOverDrive (0: 200, or 100 with -race)")
+)
 
 // counters count, across a run, each injected fault and crash point.
 var counters sync.Map // string -> *atomic.Int64
@@ -59,24 +65,29 @@ func TestMain(m *testing.M) {
 }
 
 func TestSchedules(t *testing.T) {
-	n := *schedules
+	runSchedules(t, *schedules, 2000, 200, false)
+}
+
+// TestSchedulesOverDrive runs the schedules with every device on its own
+// DriveRemote, over one fake Drive server that also fails HTTP requests
+// (rate limits, server errors, connections reset mid-body).
+func TestSchedulesOverDrive(t *testing.T) {
+	runSchedules(t, *driveSchedules, 200, 100, true)
+}
+
+// runSchedules runs n schedules (rounded up to whole batches of rapid's
+// 100 checks), batches in parallel.
+func runSchedules(t *testing.T, n, full, underRace int, overDrive bool) {
 	if n == 0 {
-		n = 2000
+		n = full
 		if raceEnabled {
-			n = 200 // the race detector slows SQLite ~10x; CI runs the full count without it
+			n = underRace // the race detector slows SQLite ~10x; CI runs the full count without it
 		}
 	}
-	const perCheck = 100
-	for i := 0; i < n; i += perCheck {
-		checks := min(perCheck, n-i)
-		t.Run(fmt.Sprint("batch", i/perCheck), func(t *testing.T) {
+	for batch := 0; batch*100 < n; batch++ {
+		t.Run(fmt.Sprint("batch", batch), func(t *testing.T) {
 			t.Parallel()
-			rapid.Check(t, func(rt *rapid.T) {
-				if checks--; checks < 0 {
-					rt.SkipNow()
-				}
-				runSchedule(rt)
-			})
+			rapid.Check(t, func(rt *rapid.T) { runSchedule(t, rt, overDrive) })
 		})
 	}
 }
@@ -89,12 +100,14 @@ type errCrash struct{ point string }
 // clock (then, like FolderRemote, it lists everything).
 type harnessRemote struct {
 	w      *world
+	base   Remote // the shared MemoryRemote, or this device's DriveRemote
 	device string
 	skew   time.Duration
 }
 
 type world struct {
 	mem    *MemoryRemote
+	drive  *drivefake.Server // set when the devices use Drive
 	rng    *rand.Rand
 	mu     sync.Mutex
 	faults bool
@@ -124,7 +137,7 @@ func (r *harnessRemote) List(ctx context.Context, since time.Time) ([]RemoteFile
 	if r.w.folder {
 		since = time.Time{}
 	}
-	files, err := r.w.mem.List(ctx, since)
+	files, err := r.base.List(ctx, since)
 	if err != nil {
 		return nil, err
 	}
@@ -155,14 +168,14 @@ func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, e
 	if r.w.roll("open fails", 0.05) {
 		return nil, errFault
 	}
-	return r.w.mem.Open(ctx, name)
+	return r.base.Open(ctx, name)
 }
 
 func (r *harnessRemote) Create(ctx context.Context, name string, content io.Reader) error {
 	if r.w.roll("create fails before", 0.05) {
 		return errFault
 	}
-	if err := r.w.mem.Create(ctx, name, content); err != nil {
+	if err := r.base.Create(ctx, name, content); err != nil {
 		return err
 	}
 	if r.w.roll("create fails after", 0.05) {
@@ -183,7 +196,7 @@ func (r *harnessRemote) Delete(ctx context.Context, name string) error {
 	if r.w.roll("delete fails before", 0.05) {
 		return errFault
 	}
-	if err := r.w.mem.Delete(ctx, name); err != nil {
+	if err := r.base.Delete(ctx, name); err != nil {
 		return err
 	}
 	if r.w.roll("delete fails after", 0.05) {
@@ -193,7 +206,7 @@ func (r *harnessRemote) Delete(ctx context.Context, name string) error {
 }
 
 func (r *harnessRemote) Now(ctx context.Context) (time.Time, error) {
-	now, err := r.w.mem.Now(ctx)
+	now, err := r.base.Now(ctx)
 	return now.Add(r.skew), err
 }
 
@@ -242,6 +255,17 @@ func (d *hdevice) crash(rt *rapid.T) {
 	d.open(rt)
 }
 
+// driveFaults are the HTTP failures the fake Drive injects; the
+// DriveRemote retries them, and a sync fails only when they outlast the
+// retries.
+var driveFaults = []drivefake.Fault{
+	{Status: http.StatusForbidden, Reason: "userRateLimitExceeded", Times: 2},
+	{Status: http.StatusTooManyRequests, RetryAfter: "0", Times: 1},
+	{Status: http.StatusServiceUnavailable, Times: 5},
+	{Status: http.StatusInternalServerError, Times: 1},
+	{Method: "GET", PathPrefix: "/drive/v3/files/", ResetMidBody: true, Times: 1},
+}
+
 var harnessPoints = []string{"fetched", "planned", "uploaded", "applied", "committed"}
 
 // sync runs one sync, possibly crashing at a point or letting the app
@@ -278,7 +302,7 @@ func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error
 		return nil
 	}
 	d.observe(rt)
-	if err != nil && !errors.Is(err, errFault) {
+	if err != nil && !errors.Is(err, errFault) && !errors.Is(err, ErrRemote) {
 		rt.Fatalf("%s: sync failed with an error that is not an injected fault: %v", d.name, err)
 	}
 	return err
@@ -368,7 +392,7 @@ func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 	}
 }
 
-func runSchedule(rt *rapid.T) {
+func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	count("schedules")
 	dir, err := os.MkdirTemp("", "drivesync-harness")
 	if err != nil {
@@ -378,8 +402,13 @@ func runSchedule(rt *rapid.T) {
 	w := &world{
 		mem:    NewMemoryRemote(),
 		rng:    rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)),
-		folder: rapid.Bool().Draw(rt, "folder"),
 		hidden: map[string]map[string]int{},
+	}
+	if overDrive {
+		count("schedules over Drive")
+		w.drive = drivefake.New(t) // Drive's clock is shared: no skew
+	} else {
+		w.folder = rapid.Bool().Draw(rt, "folder")
 	}
 	ndev := rapid.IntRange(2, 5).Draw(rt, "devices")
 	devs := make([]*hdevice, ndev)
@@ -394,8 +423,17 @@ func runSchedule(rt *rapid.T) {
 				count("fault clock skew")
 			}
 		}
+		var base Remote = w.mem
+		if overDrive {
+			ctx := context.Background()
+			dr, err := NewDriveRemote(ctx, w.drive.Service(ctx, t), DriveOptions{MinSleep: time.Millisecond, MaxSleep: 4 * time.Millisecond, MaxAttempts: 4})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			base = dr
+		}
 		devs[i] = &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
-		devs[i].cfg = Config{Remote: &harnessRemote{w: w, device: name, skew: skew}, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir}
+		devs[i].cfg = Config{Remote: &harnessRemote{w: w, base: base, device: name, skew: skew}, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir}
 		devs[i].open(rt)
 	}
 	defer func() {
@@ -409,6 +447,10 @@ func runSchedule(rt *rapid.T) {
 	for i := range steps {
 		d := devs[rapid.IntRange(0, ndev-1).Draw(rt, "device")]
 		label := fmt.Sprint(i)
+		if w.drive != nil && w.rng.Float64() < 0.3 {
+			w.drive.Fail(driveFaults[w.rng.IntN(len(driveFaults))])
+			count("fault drive http")
+		}
 		switch rapid.IntRange(0, 9).Draw(rt, "action") {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
@@ -436,6 +478,9 @@ func runSchedule(rt *rapid.T) {
 		}
 	}
 	// Quiescence: no faults, every file visible, sync until nothing moves.
+	if w.drive != nil {
+		w.drive.ClearFaults()
+	}
 	w.mu.Lock()
 	w.faults = false
 	for _, h := range w.hidden {

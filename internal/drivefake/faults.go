@@ -62,6 +62,13 @@ func (s *Server) Fail(faults ...Fault) {
 	}
 }
 
+// ClearFaults drops the faults still queued.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+}
+
 // takeFaultLocked returns, and uses up one application of, the first queued
 // fault that matches r. s.mu must be held.
 func (s *Server) takeFaultLocked(r *http.Request) (Fault, bool) {
