@@ -3,12 +3,19 @@ package drivesync_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+	"google.golang.org/api/drive/v3"
+	"google.golang.org/api/option"
 
 	"github.com/drivesync/drivesync"
 	"github.com/drivesync/drivesync/internal/drivefake"
@@ -152,4 +159,68 @@ func TestDriveDuplicateDayFolders(t *testing.T) {
 	if _, err := c.Open(ctx, "2026/11/22/from-a"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after Delete: %v", err)
 	}
+}
+
+// TestDriveDeleteFallsBackToTrash: where Drive refuses a permanent delete
+// (a file the app may not delete), the file is trashed instead.
+func TestDriveDeleteFallsBackToTrash(t *testing.T) {
+	srv := drivefake.New(t)
+	opts := fastRetries
+	opts.Folder = "Visible"
+	r := newDrive(t, srv, opts)
+	createFile(t, r, "2026/11/22/old", "x")
+	srv.Fail(drivefake.Fault{Method: "DELETE", PathPrefix: "/drive/v3/files/", Status: http.StatusForbidden, Reason: "insufficientFilePermissions", Times: 1})
+	if err := r.Delete(context.Background(), "2026/11/22/old"); err != nil {
+		t.Fatal(err)
+	}
+	trashed := false
+	for _, f := range srv.Files() {
+		if f.Name == "old" {
+			trashed = f.Trashed
+		}
+	}
+	if !trashed {
+		t.Fatal("the file was neither deleted nor trashed")
+	}
+	if files, _ := r.List(context.Background(), time.Time{}); len(files) != 0 {
+		t.Fatalf("a trashed file is still listed: %v", files)
+	}
+}
+
+// TestRealDrive runs the conformance suite against a real Google Drive
+// account, in fresh visible folders (scope drive.file). It needs a
+// Desktop-app OAuth client JSON and a token file from SignIn:
+//
+//	DRIVESYNC_TEST_CREDENTIALS=client.json DRIVESYNC_TEST_TOKEN=token.json go test -run TestRealDrive .
+func TestRealDrive(t *testing.T) {
+	creds, tokenPath := os.Getenv("DRIVESYNC_TEST_CREDENTIALS"), os.Getenv("DRIVESYNC_TEST_TOKEN")
+	if creds == "" || tokenPath == "" {
+		t.Skip("set DRIVESYNC_TEST_CREDENTIALS and DRIVESYNC_TEST_TOKEN to test against a real Drive")
+	}
+	ctx := context.Background()
+	data, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := google.ConfigFromJSON(data, drivesync.ScopeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := drivesync.NewFileTokenStore(tokenPath)
+	tok, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := drive.NewService(ctx, option.WithHTTPClient(oauth2.NewClient(ctx, drivesync.SavingTokenSource(ctx, cfg, tok, store))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	remotetest.Run(t, func(t *testing.T) drivesync.Remote {
+		folder := fmt.Sprintf("drivesync-test-%d", time.Now().UnixNano())
+		r, err := drivesync.NewDriveRemote(ctx, svc, drivesync.DriveOptions{Folder: folder})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}, remotetest.Options{CreateMayRace: true})
 }
