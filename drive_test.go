@@ -128,10 +128,23 @@ func TestDriveDuplicateDayFolders(t *testing.T) {
 	srv := drivefake.New(t)
 	ctx := context.Background()
 	a := newDrive(t, srv, fastRetries)
-	b := newDrive(t, srv, fastRetries)
-	// Both devices create the same day folder without seeing the other's.
 	createFile(t, a, "2026/11/22/from-a", "a")
-	createFile(t, b, "2026/11/22/from-b", "b")
+	// Another device created the same day folder at the same moment:
+	// a second "22" under the same "11", with its own file.
+	var month string
+	for _, f := range srv.Files() {
+		if f.Name == "11" && f.MimeType == drivefake.FolderMimeType {
+			month = f.ID
+		}
+	}
+	svc := srv.Service(ctx, t)
+	dup, err := svc.Files.Create(&drive.File{Name: "22", MimeType: drivefake.FolderMimeType, Parents: []string{month}}).Do()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Files.Create(&drive.File{Name: "from-b", Parents: []string{dup.Id}}).Media(strings.NewReader("b")).Do(); err != nil {
+		t.Fatal(err)
+	}
 	folders := 0
 	for _, f := range srv.Files() {
 		if f.MimeType == drivefake.FolderMimeType && f.Name == "22" {
@@ -139,24 +152,26 @@ func TestDriveDuplicateDayFolders(t *testing.T) {
 		}
 	}
 	if folders != 2 {
-		t.Logf("day folders named 22: %d (devices shared one)", folders)
+		t.Fatalf("%d day folders named 22, want the duplicate", folders)
+	}
+	for _, r := range []*drivesync.DriveRemote{a, newDrive(t, srv, fastRetries)} {
+		files, err := r.List(ctx, time.Time{})
+		if err != nil || len(files) != 2 {
+			t.Fatalf("List = %v, %v; want the files of both folders", files, err)
+		}
+		for _, name := range []string{"2026/11/22/from-a", "2026/11/22/from-b"} {
+			rc, err := r.Open(ctx, name)
+			if err != nil {
+				t.Fatalf("Open(%s): %v", name, err)
+			}
+			rc.Close()
+		}
 	}
 	c := newDrive(t, srv, fastRetries)
-	files, err := c.List(ctx, time.Time{})
-	if err != nil || len(files) != 2 {
-		t.Fatalf("List = %v, %v; want both files", files, err)
-	}
-	for _, name := range []string{"2026/11/22/from-a", "2026/11/22/from-b"} {
-		rc, err := c.Open(ctx, name)
-		if err != nil {
-			t.Fatalf("Open(%s): %v", name, err)
-		}
-		rc.Close()
-	}
-	if err := c.Delete(ctx, "2026/11/22/from-a"); err != nil {
+	if err := c.Delete(ctx, "2026/11/22/from-b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Open(ctx, "2026/11/22/from-a"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := c.Open(ctx, "2026/11/22/from-b"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after Delete: %v", err)
 	}
 }
