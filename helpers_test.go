@@ -182,7 +182,6 @@ type laggingRemote struct {
 	Remote
 	mu     sync.Mutex
 	hidden map[string][]string
-	lister string
 }
 
 func (l *laggingRemote) as(lister string) Remote { return &listerView{l, lister} }

@@ -121,9 +121,6 @@ type tableInfo struct {
 	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
 	deleteSQL string // ?1 id
 	readSQL   string // ?1 id -> content as JSON text, or no row
-	// canonicalSQL selects, for ?1 id and ?2 canonical content, whether the
-	// stored row already equals what upsertSQL would write.
-	canonicalSQL string
 }
 
 func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
@@ -199,13 +196,11 @@ func (ti *tableInfo) buildSQL() {
 	cols := []string{"id", "content"}
 	vals := []string{"?1", content}
 	sets := []string{"content = excluded.content"}
-	same := []string{"content IS " + content}
 	for _, c := range ti.columns {
 		extract := fmt.Sprintf("json_extract(?2, '$.%s')", c)
 		cols = append(cols, quoteIdent(c))
 		vals = append(vals, extract)
 		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
-		same = append(same, fmt.Sprintf("%s IS %s", quoteIdent(c), extract))
 	}
 	ti.upsertSQL = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
 		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
@@ -216,7 +211,6 @@ func (ti *tableInfo) buildSQL() {
 	ti.updateSQL = fmt.Sprintf("UPDATE %s SET %s WHERE id = ?1", tbl, strings.Join(assign, ", "))
 	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
 	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
-	ti.canonicalSQL = fmt.Sprintf("SELECT %s FROM %s WHERE id = ?1", strings.Join(same, " AND "), tbl)
 }
 
 // querier is what *sql.DB, *sql.Conn and *sql.Tx have in common.

@@ -138,7 +138,7 @@ func signOut(w io.Writer) error {
 func driveHelp(err error) error {
 	switch {
 	case errors.Is(err, drivesync.ErrAuth):
-		return fmt.Errorf("Google sign-in expired or was revoked: run `notes -drive signin` again (%w)", err)
+		return fmt.Errorf("sign-in with Google expired or was revoked: run `notes -drive signin` again (%w)", err)
 	case errors.Is(err, drivesync.ErrQuota):
 		return fmt.Errorf("your Google Drive is full: free some space or buy more storage, then sync again (%w)", err)
 	}

@@ -320,7 +320,7 @@ func TestDriveSignInAgain(t *testing.T) {
 	g.mu.Unlock()
 	g.expireAccessToken()
 	msg := a.fail("sync")
-	if !strings.Contains(msg, "Google sign-in expired or was revoked: run `notes -drive signin` again") {
+	if !strings.Contains(msg, "sign-in with Google expired or was revoked: run `notes -drive signin` again") {
 		t.Errorf("sync with a revoked sign-in: %s", msg)
 	}
 	if strings.Contains(msg, "refresh-1") || strings.Contains(msg, "access-1") {
