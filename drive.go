@@ -451,10 +451,10 @@ func (r *DriveRemote) ensureDir(ctx context.Context, dir string) (string, error)
 	for _, part := range strings.Split(dir, "/") {
 		p := path.Join(parent, part)
 		r.mu.Lock()
-		id, ok := r.dirs[p]
+		_, exists := r.dirs[p]
 		parentID := r.dirs[parent]
 		r.mu.Unlock()
-		if !ok {
+		if !exists {
 			var f *drive.File
 			err := r.call(ctx, func() (err error) {
 				f, err = r.svc.Files.Create(&drive.File{Name: part, MimeType: folderMime, Parents: []string{parentID}}).Fields("id").Context(ctx).Do()
@@ -463,13 +463,11 @@ func (r *DriveRemote) ensureDir(ctx context.Context, dir string) (string, error)
 			if err != nil {
 				return "", err
 			}
-			id = f.Id
 			r.mu.Lock()
-			r.folders[id], r.dirs[p] = p, id
+			r.folders[f.Id], r.dirs[p] = p, f.Id
 			r.mu.Unlock()
 		}
 		parent = p
-		_ = id
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
