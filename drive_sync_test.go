@@ -61,8 +61,9 @@ func TestDriveRequestBudget(t *testing.T) {
 
 	srv.ResetRequests()
 	a.sync()
-	if n := srv.Requests(); n > 2 {
-		t.Errorf("a sync with nothing new cost %d requests, want at most 2: %v", n, srv.RequestLog())
+	idle := srv.Requests()
+	if idle > 2 {
+		t.Errorf("a sync with nothing new cost %d requests, want at most 2: %v", idle, srv.RequestLog())
 	}
 	const k = 3
 	for i := range k {
@@ -78,7 +79,7 @@ func TestDriveRequestBudget(t *testing.T) {
 	if n := srv.Requests(); n > 4+k {
 		t.Errorf("upload 1 + download %d cost %d requests, want at most %d: %v", k, n, 4+k, srv.RequestLog())
 	}
-	t.Logf("requests: nothing new: see above; upload 1 + download %d: %d", k, srv.Requests())
+	t.Logf("requests: nothing new: %d; upload 1 + download %d: %d", idle, k, srv.Requests())
 }
 
 // BenchmarkDriveRequests compares the HTTP requests of a sync that sends
