@@ -152,3 +152,24 @@ func TestCloseAndConcurrentSyncs(t *testing.T) {
 		t.Fatalf("Sync after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestIdleSyncMovesCursor: a device with nothing to send or receive still
+// moves its cursor, so its listings do not reach ever further back.
+func TestIdleSyncMovesCursor(t *testing.T) {
+	mem := NewMemoryRemote()
+	clock := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	mem.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	a := newDevice(t, "dev-a", mem)
+	a.put("n", `{"v":1}`)
+	a.sync()
+	mu.Lock()
+	clock = clock.Add(48 * time.Hour)
+	mu.Unlock()
+	a.sync() // nothing new
+	var cursor string
+	a.db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'cursor'`).Scan(&cursor)
+	if want := clock.Format(time.RFC3339Nano); cursor != want {
+		t.Fatalf("cursor %s, want %s", cursor, want)
+	}
+}

@@ -29,8 +29,7 @@ import (
 //  4. Upload them as one gzip patch file.
 //  5. In one transaction: merge the downloaded and own changes into
 //     sync_states, write the app's tables from it, clear the pending
-//     records that were sent, and commit. If the commit fails, the
-//     uploaded file is deleted again.
+//     records that were sent, and commit.
 //
 // The app may keep writing while Sync runs: a record it changes during a
 // sync stays pending, and its row ends as the merged synced state with
@@ -125,8 +124,7 @@ func (s *syncRun) stillRejected(k knownFile, f RemoteFile) bool {
 type downloaded struct {
 	name  string
 	size  int64
-	at    time.Time
-	spool *spool
+	spool *spool // nil until downloaded and valid
 }
 
 func (s *syncRun) cleanup() {
@@ -174,7 +172,9 @@ func (s *syncRun) run(ctx context.Context) error {
 		return err
 	}
 	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 {
-		return nil // nothing to do: no write transaction at all
+		// Nothing to apply; still move the cursor, or an idle device
+		// would list ever further back, paying for files it applied.
+		return s.saveCursor(ctx)
 	}
 	if s.sent > 0 {
 		if err := s.send(ctx); err != nil {
@@ -187,6 +187,21 @@ func (s *syncRun) run(ctx context.Context) error {
 	// A failure from here on leaves the uploaded file in place and in the
 	// outbox: the next sync adopts it (see outbox.go).
 	return s.commit(ctx)
+}
+
+func (s *syncRun) saveCursor(ctx context.Context) error {
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	err := setMeta(ctx, s.conn, metaCursor, s.cursor.UTC().Format(time.RFC3339Nano))
+	if err == nil {
+		_, err = s.conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		endTx(s.conn)
+		return &Error{Op: "sync", Err: err}
+	}
+	return nil
 }
 
 func remoteErr(op, file string, err error) error {
@@ -238,7 +253,7 @@ func (s *syncRun) fetch(ctx context.Context) error {
 	rows.Close()
 	s.listed = map[string]bool{}
 	for _, f := range files {
-		at, _, ok := parsePatchName(f.Name)
+		_, _, ok := parsePatchName(f.Name)
 		if !ok || s.listed[f.Name] {
 			continue // not ours (other apps' files), or listed twice
 		}
@@ -246,7 +261,7 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		if k, seen := s.known[f.Name]; seen && (k.status == "applied" || s.stillRejected(k, f)) {
 			continue
 		}
-		s.download = append(s.download, &downloaded{name: f.Name, size: f.Size, at: at})
+		s.download = append(s.download, &downloaded{name: f.Name, size: f.Size})
 	}
 	slices.SortFunc(s.download, func(a, b *downloaded) int { return cmp.Compare(a.name, b.name) })
 	for i, d := range s.download {
