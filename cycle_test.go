@@ -173,3 +173,32 @@ func TestIdleSyncMovesCursor(t *testing.T) {
 		t.Fatalf("cursor %s, want %s", cursor, want)
 	}
 }
+
+// TestAdoptJSONBTable: records received while a JSONB table was not
+// registered appear in it, with projections, once it is.
+func TestAdoptJSONBTable(t *testing.T) {
+	remote := NewMemoryRemote()
+	tagSchema := `CREATE TABLE IF NOT EXISTS tags (id TEXT PRIMARY KEY, content TEXT NOT NULL)`
+	a := newDevice(t, "dev-a", remote, notesSchema, tagSchema)
+	b := newDevice(t, "dev-b", remote, notesSchema, tagSchema)
+	b.cfg.Tables = []Table{{Name: "tags"}} // b does not sync notes yet
+	b.open()
+	a.put("n1", `{"title":"hello","display_order":7}`)
+	a.sync()
+	if r := b.sync(); r.Unregistered != 1 {
+		t.Fatalf("report %+v, want 1 unregistered change", r)
+	}
+	b.cfg.Tables = []Table{{Name: "tags"}, {Name: "notes"}}
+	b.open()
+	var title string
+	var order int
+	var kind string
+	if err := b.db.QueryRow(`SELECT title, display_order, typeof(content) FROM notes WHERE id = 'n1'`).Scan(&title, &order, &kind); err != nil {
+		t.Fatal(err)
+	}
+	if title != "hello" || order != 7 || kind != "blob" {
+		t.Fatalf("adopted row: title %q, display_order %d, content %s; want hello, 7, blob (JSONB)", title, order, kind)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -213,43 +214,33 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 
 // adoptTable joins a newly registered table to the synced state: its rows
 // become pending (their differences from the synced state are sent at the
-// next sync), and synced records it lacks are written into it.
+// next sync), and synced records it lacks are written into it. A record
+// the table's own constraints refuse is skipped (OR IGNORE), as a sync
+// skips it (Report.Unwritten); it stays in sync_states.
 func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
-	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?, id FROM %s`, quoteIdent(t.name)), t.name); err != nil {
+	tbl := quoteIdent(t.name)
+	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?, id FROM %s`, tbl), t.name); err != nil {
 		return err
+	}
+	content := "s.record_data"
+	if t.jsonb {
+		content = "jsonb(s.record_data)"
+	}
+	cols, vals := []string{"id", "content"}, []string{"s.record_id", content}
+	for _, c := range t.columns {
+		cols = append(cols, quoteIdent(c))
+		vals = append(vals, fmt.Sprintf("json_extract(s.record_data, '$.%s')", c))
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
 		return err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT record_id, record_data FROM sync_states s WHERE table_name = ? AND is_deleted = 0`, t.name)
-	if err != nil {
+	insert := fmt.Sprintf(`INSERT OR IGNORE INTO %s (%s) SELECT %s FROM sync_states s
+WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`,
+		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), tbl)
+	if _, err := q.ExecContext(ctx, insert, t.name); err != nil {
 		return err
 	}
-	var missing [][2]string
-	for rows.Next() {
-		var id, data string
-		if err := rows.Scan(&id, &data); err != nil {
-			rows.Close()
-			return err
-		}
-		missing = append(missing, [2]string{id, data})
-	}
-	rows.Close()
-	for _, m := range missing {
-		var exists int
-		if err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE id = ?`, quoteIdent(t.name)), m[0]).Scan(&exists); err != nil {
-			return err
-		}
-		if exists == 0 {
-			_, err := q.ExecContext(ctx, t.upsertSQL, m[0], m[1])
-			if err != nil && !isConstraint(err) {
-				return fmt.Errorf("write record %s: %w", m[0], err)
-			}
-			// A row the table's constraints refuse stays in sync_states
-			// only, as it does when a sync meets one (Report.Unwritten).
-		}
-	}
-	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	_, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
 	return err
 }
 
