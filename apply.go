@@ -158,19 +158,9 @@ func (s *syncRun) clearPending(ctx context.Context) error {
 
 // applyReceived merges one change from another file.
 func (s *syncRun) applyReceived(ctx context.Context, c fileChange, device string) error {
-	st, err := s.createState(ctx, c, device)
-	if err != nil {
+	st, before, err := s.mergeIntoState(ctx, c, device)
+	if err != nil || !st.changed {
 		return err
-	}
-	var before *jsonv.Value
-	if st == nil { // the record has a state: merge into it
-		if st, err = s.loadState(ctx, c.table, c.record); err != nil {
-			return err
-		}
-		before = st.data
-		if err := s.mergeChange(ctx, st, c, device); err != nil || !st.changed {
-			return err
-		}
 	}
 	t := s.e.tables[c.table]
 	if t == nil {
@@ -380,6 +370,19 @@ ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_
 		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
 	return nil
+}
+
+// mergeIntoState merges c, written by device, into the record's stored
+// state and returns it with the content it had before (nil if none).
+func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device string) (st *recordState, before *jsonv.Value, err error) {
+	if st, err = s.createState(ctx, c, device); err != nil || st != nil {
+		return st, nil, err
+	}
+	if st, err = s.loadState(ctx, c.table, c.record); err != nil {
+		return nil, nil, err
+	}
+	before = st.data
+	return st, before, s.mergeChange(ctx, st, c, device)
 }
 
 // createState stores the state c alone gives, if the record has none

@@ -284,27 +284,6 @@ func TestSyncLeavesNoGoroutines(t *testing.T) {
 	goleak.VerifyNone(t, leaks)
 }
 
-// TestConcurrentUploadsInOneMillisecond: two syncs of one device that
-// upload within the same millisecond of the remote's clock.
-func TestConcurrentUploadsInOneMillisecond(t *testing.T) {
-	mem := NewMemoryRemote()
-	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	mem.SetClock(func() time.Time { return at })
-	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
-	a.put("x", `{"v":1}`)
-	a.sync()
-	a.put("y", `{"v":1}`)
-	if _, err := a.eng.Sync(context.Background()); err != nil {
-		t.Logf("second sync in the same millisecond: %v", err)
-	}
-	mem.SetClock(nil)
-	syncAll(t, a, b)
-	if got, want := b.get("y"), `{"v":1}`; got != want {
-		t.Fatalf("b: y = %q, want %s", got, want)
-	}
-	assertConverged(t, a, b)
-}
-
 // TestCancelDuringSync cancels a's syncs at random moments while b keeps
 // producing files. Afterwards plain syncs converge and none of a's edits
 // is lost.

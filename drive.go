@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,7 +187,7 @@ func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, 
 		}
 		name := path.Join(dir, f.Name)
 		r.mu.Lock()
-		if !containsString(r.ids[name], f.Id) {
+		if !slices.Contains(r.ids[name], f.Id) {
 			r.ids[name] = append(r.ids[name], f.Id)
 		}
 		r.mu.Unlock()
@@ -236,7 +237,7 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 	}
 	seeker, canRetry := content.(io.Seeker)
 	var sum hash.Hash
-	var n int64
+	var body *countingReader
 	var created *drive.File
 	attempt := 0
 	err = r.call(ctx, func() (err error) {
@@ -248,8 +249,8 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 				return err
 			}
 		}
-		sum, n = md5.New(), 0
-		body := &countingWriterReader{r: io.TeeReader(content, sum), n: &n}
+		sum = md5.New()
+		body = &countingReader{r: io.TeeReader(content, sum)}
 		created, err = r.svc.Files.Create(&drive.File{Name: base, Parents: []string{parent}}).
 			Media(body, googleapi.ContentType("application/octet-stream"), googleapi.ChunkSize(0)).
 			Fields("id, size, md5Checksum").Context(ctx).Do()
@@ -259,6 +260,7 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 		return driveErr("create", name, err)
 	}
 	r.noteDate(created.Header)
+	n := body.n
 	if want := hex.EncodeToString(sum.Sum(nil)); created.Md5Checksum != want || created.Size != n {
 		r.deleteID(context.WithoutCancel(ctx), created.Id)
 		return fmt.Errorf("drive remote: create %s: Drive stored %d bytes with md5 %s, sent %d bytes with md5 %s: %w", name, created.Size, created.Md5Checksum, n, want, ErrRemote)
@@ -616,25 +618,4 @@ func driveErr(op, name string, err error) error {
 // quoteQ quotes a string for a Drive query.
 func quoteQ(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// countingWriterReader counts the bytes read through it.
-type countingWriterReader struct {
-	r io.Reader
-	n *int64
-}
-
-func (c *countingWriterReader) Read(p []byte) (int, error) {
-	k, err := c.r.Read(p)
-	*c.n += int64(k)
-	return k, err
 }

@@ -229,7 +229,7 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 	cols, vals := []string{"id", "content"}, []string{"s.record_id", content}
 	for _, c := range t.columns {
 		cols = append(cols, quoteIdent(c))
-		vals = append(vals, fmt.Sprintf("json_extract(s.record_data, '$.%s')", c))
+		vals = append(vals, projection("s.record_data", c))
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
 		return err

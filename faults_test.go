@@ -354,7 +354,10 @@ func TestOpenRejectsUnsuitableTables(t *testing.T) {
 		}
 	}
 	var n int
-	d.db.QueryRow(`SELECT count(*) FROM notes`).Scan(&n) // notes still there
+	d.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'notes'`).Scan(&n)
+	if n != 1 {
+		t.Fatal("the notes table is gone after Opens with hostile table names")
+	}
 }
 
 // writeRaw puts a hand-made patch file on the remote.

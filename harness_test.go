@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -551,7 +552,7 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 			rt.Fatalf("%s: %d pending, integrity %q", d.name, pending, integrity)
 		}
 	}
-	for _, id := range slices.Sorted(mapKeys(m.hist)) {
+	for _, id := range slices.Sorted(maps.Keys(m.hist)) {
 		final, _ := devs[0].local(rt, id)
 		for _, p := range harnessPaths {
 			h := m.hist[id][p]
@@ -563,16 +564,6 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 				if final[p] != wr.value {
 					rt.Fatalf("lost update: %s.%s = %q, want %q (last written by %s, who had seen every earlier write)", id, p, final[p], wr.value, wr.device)
 				}
-			}
-		}
-	}
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
 			}
 		}
 	}

@@ -163,14 +163,8 @@ func (s *syncRun) recoverOutbox(ctx context.Context) error {
 	}
 	err = func() error {
 		err := sp.each(func(c fileChange) error {
-			st, err := s.createState(ctx, c, e.deviceID)
-			if err != nil || st != nil {
-				return err
-			}
-			if st, err = s.loadState(ctx, c.table, c.record); err != nil {
-				return err
-			}
-			return s.mergeChange(ctx, st, c, e.deviceID)
+			_, _, err := s.mergeIntoState(ctx, c, e.deviceID)
+			return err
 		})
 		if err != nil {
 			return err

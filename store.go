@@ -187,6 +187,12 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	return ti, nil
 }
 
+// projection is the SQL value of projection column col taken from the
+// JSON in src: the same expression wherever the engine fills or checks it.
+func projection(src, col string) string {
+	return fmt.Sprintf("json_extract(%s, '$.%s')", src, col)
+}
+
 func (ti *tableInfo) buildSQL() {
 	tbl := quoteIdent(ti.name)
 	content := "?2"
@@ -197,7 +203,7 @@ func (ti *tableInfo) buildSQL() {
 	vals := []string{"?1", content}
 	sets := []string{"content = excluded.content"}
 	for _, c := range ti.columns {
-		extract := fmt.Sprintf("json_extract(?2, '$.%s')", c)
+		extract := projection("?2", c)
 		cols = append(cols, quoteIdent(c))
 		vals = append(vals, extract)
 		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
@@ -318,20 +324,23 @@ func endTx(conn *sql.Conn) {
 	conn.ExecContext(context.Background(), "ROLLBACK")
 }
 
-// isConstraint reports SQLITE_CONSTRAINT (primary code 19).
-func isConstraint(err error) bool {
+// sqliteCode returns the primary result code of a SQLite error from any
+// driver whose errors have Code() int, as modernc.org/sqlite's do, or -1.
+func sqliteCode(err error) int {
 	var coded interface{ Code() int }
-	return errors.As(err, &coded) && coded.Code()&0xff == 19
+	if errors.As(err, &coded) {
+		return coded.Code() & 0xff
+	}
+	return -1
 }
+
+// isConstraint reports SQLITE_CONSTRAINT (19).
+func isConstraint(err error) bool { return sqliteCode(err) == 19 }
 
 // isBusy reports SQLITE_BUSY and SQLITE_LOCKED (primary codes 5 and 6,
 // extended codes included) from any driver whose errors have Code() int,
 // as modernc.org/sqlite's do.
 func isBusy(err error) bool {
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		c := coded.Code() & 0xff
-		return c == 5 || c == 6
-	}
-	return false
+	c := sqliteCode(err)
+	return c == 5 || c == 6
 }

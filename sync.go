@@ -437,7 +437,7 @@ func (t *tableInfo) pendingSQL() string {
 		canonical = "typeof(c.content) = 'blob' AND json_valid(c.content, 8) AND c.content = jsonb(json(c.content))"
 	}
 	for _, col := range t.columns {
-		canonical += fmt.Sprintf(" AND c.%s IS json_extract(c.content, '$.%s')", quoteIdent(col), col)
+		canonical += fmt.Sprintf(" AND c.%s IS %s", quoteIdent(col), projection("c.content", col))
 	}
 	return fmt.Sprintf(`SELECT p.record_id, c.id IS NOT NULL,
 	CASE WHEN typeof(c.content) = 'text' THEN c.content WHEN %[1]s THEN json(c.content) END,
