@@ -436,3 +436,47 @@ func parseStamp(v, d jsonv.Value, devs []string) (stamp, error) {
 	}
 	return stamp{version: ver, device: devs[di]}, nil
 }
+
+// merge folds the writes that state o records into n: afterwards n is the
+// state of the union of both sets of writes, as if every patch behind o
+// had been applied to n. Snapshots and merge files carry states, not
+// patches; this is how a device takes them in. It replays, for every path
+// of o, the newest write there and the reset below it (its floor), each
+// as the nested patch that would have written it; the merge rules above
+// then make the order irrelevant.
+func (n *node) merge(o *node) { n.replay(o, nil) }
+
+func (n *node) replay(o *node, path []string) {
+	if !o.floor.isZero() {
+		n.writeAt(path, jsonv.Null, o.floor)
+	}
+	switch o.kind {
+	case absentNode:
+		if !o.stamp.isZero() {
+			n.writeAt(path, jsonv.Null, o.stamp)
+		}
+	case leafNode:
+		n.writeAt(path, jsonv.Value{Leaf: o.leaf}, o.stamp)
+	case objectNode:
+		n.writeAt(path, jsonv.Value{Members: []jsonv.Member{}}, o.stamp)
+		for _, k := range o.kids {
+			n.replay(k.node, append(path, k.key))
+		}
+	}
+}
+
+// writeAt applies the write of v at path (null: a removal), stamped t.
+func (n *node) writeAt(path []string, v jsonv.Value, t stamp) {
+	if len(path) == 0 {
+		if v.IsNull() {
+			n.applyDelete(t)
+		} else {
+			n.applyPatch(v, t)
+		}
+		return
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		v = jsonv.Value{Members: []jsonv.Member{{Key: path[i], Value: v}}}
+	}
+	n.applyPatch(v, t)
+}

@@ -282,3 +282,46 @@ func TestMergePatchKeepsNumbersExact(t *testing.T) {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 }
+
+// TestStateMergeIsUnion is the property snapshots rely on: merging the
+// state of one set of writes into the state of another gives, byte for
+// byte, the state of their union, whatever the overlap, and through the
+// stored form (content and clock) as sync_states and snapshots keep it.
+func TestStateMergeIsUnion(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		changes := genChanges(t)
+		var a, b []change
+		for i, c := range changes {
+			switch rapid.IntRange(0, 2).Draw(t, fmt.Sprint("side", i)) {
+			case 0:
+				a = append(a, c)
+			case 1:
+				b = append(b, c)
+			default:
+				a, b = append(a, c), append(b, c)
+			}
+		}
+		want := stateBytes(applyAll(t, changes))
+		sa, sb := applyAll(t, a), applyAll(t, b)
+		stored, err := decodeState(valueOrEmpty(sb), encodeClock(sb), !sb.exists())
+		if err != nil {
+			t.Fatalf("decodeState: %v", err)
+		}
+		sa.merge(stored)
+		if got := stateBytes(sa); got != want {
+			t.Fatalf("merge of\n  %s\n  %s\n got %s\nwant %s", stateBytes(applyAll(t, a)), stateBytes(sb), got, want)
+		}
+		// And the other way round.
+		sb.merge(applyAll(t, a))
+		if got := stateBytes(sb); got != want {
+			t.Fatalf("reverse merge: got %s, want %s", got, want)
+		}
+	})
+}
+
+func valueOrEmpty(n *node) jsonv.Value {
+	if !n.exists() {
+		return jsonv.Value{Members: []jsonv.Member{}}
+	}
+	return n.value()
+}
