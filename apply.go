@@ -64,8 +64,7 @@ func (s *syncRun) apply(ctx context.Context) error {
 		return err
 	}
 	for i, d := range s.download {
-		_, device, _ := parsePatchName(d.name)
-		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c, device) })
+		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c) })
 		if err != nil {
 			return err
 		}
@@ -156,9 +155,9 @@ func (s *syncRun) clearPending(ctx context.Context) error {
 	return nil
 }
 
-// applyReceived merges one change from another file.
-func (s *syncRun) applyReceived(ctx context.Context, c fileChange, device string) error {
-	st, before, err := s.mergeIntoState(ctx, c, device)
+// applyReceived merges one change (or state record) from another file.
+func (s *syncRun) applyReceived(ctx context.Context, c fileChange) error {
+	st, before, err := s.mergeIntoState(ctx, c, c.device)
 	if err != nil || !st.changed {
 		return err
 	}
@@ -185,6 +184,12 @@ func (s *syncRun) applyReceived(ctx context.Context, c fileChange, device string
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
+	}
+	if st.node == nil { // a new record from a state file, stored as it came
+		if c.deleted {
+			return s.rowResult(t, c.record, s.exec(ctx, t.deleteSQL, c.record))
+		}
+		return s.rowResult(t, c.record, s.exec(ctx, t.upsertSQL, c.record, string(c.patch)))
 	}
 	return s.writeRow(ctx, t, c.record, st.node)
 }
@@ -259,8 +264,30 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, f := range s.newSnaps {
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, f.Name, f.Size); err != nil {
+			return err
+		}
+	}
+	for _, d := range s.covered { // in the snapshot applied
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, d.name, d.size); err != nil {
+			return err
+		}
+	}
+	if len(s.newSnaps) > 0 {
+		last, err := getMeta(ctx, s.conn, metaSnapshot)
+		if err != nil {
+			return err
+		}
+		lastAt, _ := time.Parse(time.RFC3339Nano, last)
+		if _, at, _, _ := parseFileName(s.newSnaps[0].Name); at.After(lastAt) { // newest first
+			if err := setMeta(ctx, s.conn, metaSnapshot, at.Format(time.RFC3339Nano)); err != nil {
+				return err
+			}
+		}
+	}
 	for name := range s.known {
-		at, _, ok := parsePatchName(name)
+		_, at, _, ok := parseFileName(name)
 		if !s.listed[name] && (!ok || at.Before(s.since)) {
 			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
 				return err
@@ -388,19 +415,25 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 // createState stores the state c alone gives, if the record has none
 // yet, and returns it; it returns nil if the record already has a state.
 // A received record is usually new, so trying the insert first saves a
-// lookup.
+// lookup. A state file's record is stored as it came (validated and
+// canonical), with a nil node.
 func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
-	n := &node{}
-	if err := applyChange(n, c, device); err != nil {
-		return nil, err
+	var n *node
+	data, clock, at, gone := string(c.patch), string(c.clock), stamp{c.version, c.device}, c.deleted
+	if c.clock == nil {
+		n = &node{}
+		if err := applyChange(n, c, device); err != nil {
+			return nil, err
+		}
+		data, clock = encodeState(n)
+		at, gone = n.stamp, !n.exists()
 	}
-	data, clock := encodeState(n)
 	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
 	if err != nil {
 		return nil, err
 	}
-	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, n.stamp.version, n.stamp.device, !n.exists())
+	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, at.version, at.device, gone)
 	if err != nil {
 		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
@@ -411,6 +444,21 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHI
 }
 
 func applyChange(n *node, c fileChange, device string) error {
+	if c.clock != nil { // a state file's record: merge its state
+		content := jsonv.Value{Members: []jsonv.Member{}}
+		if !c.deleted {
+			var err error
+			if content, err = jsonv.ParseObject(c.patch, jsonv.Options{}); err != nil {
+				return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+			}
+		}
+		o, err := decodeState(content, c.clock, c.deleted)
+		if err != nil {
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+		}
+		n.merge(o)
+		return nil
+	}
 	at := stamp{version: c.version, device: device}
 	if c.deleted {
 		n.applyDelete(at)

@@ -207,7 +207,9 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 	}
 	var resp *http.Response
 	err = r.call(ctx, func() (err error) {
-		resp, err = r.svc.Files.Get(ids[0]).Context(ctx).Download()
+		// Drive allows two files of one name (two devices creating the
+		// marker at once): every device reads the same one.
+		resp, err = r.svc.Files.Get(slices.Min(ids)).Context(ctx).Download()
 		return err
 	})
 	if err != nil {
@@ -265,9 +267,8 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 		r.deleteID(context.WithoutCancel(ctx), created.Id)
 		return fmt.Errorf("drive remote: create %s: Drive stored %d bytes with md5 %s, sent %d bytes with md5 %s: %w", name, created.Size, created.Md5Checksum, n, want, ErrRemote)
 	}
-	r.mu.Lock()
-	r.ids[name] = append(r.ids[name], created.Id)
-	r.mu.Unlock()
+	// The id is not remembered: a later Open must see every file of
+	// the name, as other devices do.
 	return nil
 }
 

@@ -51,6 +51,13 @@ type Config struct {
 	// not sent (Report.Skipped), a larger received change makes its file
 	// rejected. Every device should use the same value.
 	MaxRecordSize int64
+	// MaxSnapshotSize bounds the uncompressed size of a snapshot
+	// (default DefaultMaxSnapshotSize).
+	MaxSnapshotSize int64
+	// Retention is how long patch files are kept before the snapshot
+	// that replaces them; zero means two months (seed 000). Devices that
+	// were offline longer start again from the newest snapshot.
+	Retention time.Duration
 	// TempDir holds the engine's temporary files during a sync; empty
 	// means os.TempDir().
 	TempDir string
@@ -89,6 +96,11 @@ type Report struct {
 	// Skipped lists local records that could not be sent, such as a
 	// content that is not a JSON object. They stay pending.
 	Skipped []RecordError
+	// Snapshot names the snapshot this sync wrote (the first sync of a
+	// month, or Engine.Snapshot), and Deleted counts the old files
+	// compaction removed from the remote.
+	Snapshot string
+	Deleted  int
 	// Unwritten lists synced records whose row the app's table refused
 	// (a UNIQUE, NOT NULL or CHECK constraint on a projection column).
 	// sync_states has them; the row keeps its old content until a later
@@ -162,6 +174,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxRecordSize <= 0 {
 		cfg.MaxRecordSize = DefaultMaxRecordSize
+	}
+	if cfg.MaxSnapshotSize <= 0 {
+		cfg.MaxSnapshotSize = DefaultMaxSnapshotSize
 	}
 	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1)}
 	if e.log == nil {

@@ -30,6 +30,13 @@ var (
 	// ErrQuota marks a remote that is out of storage. The user must free
 	// space or buy more.
 	ErrQuota = errors.New("storage quota exceeded: free space on the drive or buy more storage")
+	// ErrRemoteChanged stops Sync when the remote is not the store this
+	// database syncs with: it was emptied, or the app now points at
+	// another account or folder. Nothing local was changed. The app
+	// decides: StartFresh makes this database's data a new store there,
+	// JoinRemote merges with the store the remote holds; or point the app
+	// back at the right remote.
+	ErrRemoteChanged = errors.New("the remote is not the store this database syncs with")
 )
 
 // Error describes a failure of one step of a sync.

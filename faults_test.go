@@ -130,6 +130,7 @@ func TestCrashBetweenUploadAndCommit(t *testing.T) {
 	mem := NewMemoryRemote()
 	fr := &failingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", fr), newDevice(t, "dev-b", mem)
+	a.sync() // binds the store
 	a.put("n", `{"v":1}`)
 	fr.createThenFail = true
 	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, ErrRemote) {
@@ -152,8 +153,8 @@ func TestCrashBetweenUploadAndCommit(t *testing.T) {
 		t.Fatalf("got %s, want b's later change", got)
 	}
 	files, _ := mem.List(context.Background(), time.Time{})
-	if len(files) != 2 {
-		t.Fatalf("remote has %d files, want 2 (nothing duplicated)", len(files))
+	if len(files) != 3 {
+		t.Fatalf("remote has %d files, want the marker and 2 patch files (nothing duplicated)", len(files))
 	}
 }
 
@@ -229,8 +230,10 @@ func TestFailedCommitKeepsUpload(t *testing.T) {
 
 func TestUploadFailureKeepsEverything(t *testing.T) {
 	mem := NewMemoryRemote()
-	fr := &failingRemote{Remote: mem, failCreate: true}
+	fr := &failingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", fr), newDevice(t, "dev-b", mem)
+	a.sync() // binds the store
+	fr.failCreate = true
 	a.put("n", `{"v":1}`)
 	before := a.dump()
 	_, err := a.eng.Sync(context.Background())

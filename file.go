@@ -35,30 +35,63 @@ const patchFormat = 1
 const nameTimeLayout = "20060102T150405.000Z"
 
 func patchFileName(at time.Time, device string) string {
-	at = at.UTC()
-	return at.Format("2006/01/02") + "/patch_" + at.Format(nameTimeLayout) + "_" + device + ".json.gz"
+	return remoteFileName(kindPatch, at, device)
 }
 
 // parsePatchName returns the time and device a patch file name claims.
 func parsePatchName(name string) (at time.Time, device string, ok bool) {
+	kind, at, device, ok := parseFileName(name)
+	if kind != kindPatch {
+		return time.Time{}, "", false
+	}
+	return at, device, ok
+}
+
+// The kinds of file the engine writes, by the prefix of their names.
+type fileKind uint8
+
+const (
+	kindPatch    fileKind = iota + 1 // one sync's changes (this file)
+	kindSnapshot                     // every record's state (snapshot.go)
+	kindMerge                        // a state file every device applies (snapshot.go)
+)
+
+var kindPrefixes = [...]string{kindPatch: "patch_", kindSnapshot: "snapshot_", kindMerge: "merge_"}
+
+// remoteFileName names a file written at the remote time at:
+// YYYY/MM/DD/{kind}_{time}_{device}.json.gz, sortable by time.
+func remoteFileName(kind fileKind, at time.Time, device string) string {
+	at = at.UTC()
+	return at.Format("2006/01/02") + "/" + kindPrefixes[kind] + at.Format(nameTimeLayout) + "_" + device + ".json.gz"
+}
+
+// parseFileName returns the kind, time and device a file name claims; ok
+// is false for a name the engine does not write.
+func parseFileName(name string) (kind fileKind, at time.Time, device string, ok bool) {
 	if checkRemoteName(name) != nil {
-		return time.Time{}, "", false // "..", absolute, hidden: not a name we write
+		return 0, time.Time{}, "", false // "..", absolute, hidden: not a name we write
 	}
 	base := path.Base(name)
-	rest, found := strings.CutPrefix(base, "patch_")
-	if !found {
-		return time.Time{}, "", false
+	rest := ""
+	for k, p := range kindPrefixes {
+		if r, found := strings.CutPrefix(base, p); found && p != "" {
+			kind, rest = fileKind(k), r
+			break
+		}
 	}
-	rest, found = strings.CutSuffix(rest, ".json.gz")
+	if kind == 0 {
+		return 0, time.Time{}, "", false
+	}
+	rest, found := strings.CutSuffix(rest, ".json.gz")
 	if !found || len(rest) < len(nameTimeLayout)+2 || rest[len(nameTimeLayout)] != '_' {
-		return time.Time{}, "", false
+		return 0, time.Time{}, "", false
 	}
 	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
 	device = rest[len(nameTimeLayout)+1:]
 	if err != nil || checkDeviceID(device) != nil {
-		return time.Time{}, "", false
+		return 0, time.Time{}, "", false
 	}
-	return at, device, true
+	return kind, at, device, true
 }
 
 // fileEntry is one change in a patch file.
@@ -179,7 +212,9 @@ func (v *valueLimiter) Read(p []byte) (int, error) {
 // fileChange is a validated change, as the spool holds it.
 type fileChange struct {
 	table, record string
-	patch         []byte // canonical merge patch (nulls kept), "{}" for deletes
+	patch         []byte // canonical merge patch (nulls kept), "{}" for deletes; a state file's record_data
+	clock         []byte // nil for a patch; a state file's record clock (then version and device are its root stamp)
+	device        string // the writer of a patch; a state record's root stamp device
 	deleted       bool
 	version       int64
 	flags         uint8 // own plan only: planNoop, planRowCanonical
@@ -265,6 +300,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				if err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
+				c.device = device
 				if err := emit(c); err != nil {
 					return err
 				}
@@ -367,6 +403,14 @@ func (s *spool) add(c fileChange) error {
 	b = binary.AppendUvarint(b, uint64(c.version))
 	b = binary.AppendUvarint(b, uint64(len(c.patch)))
 	b = append(b, c.patch...)
+	b = binary.AppendUvarint(b, uint64(len(c.device)))
+	b = append(b, c.device...)
+	if c.clock == nil {
+		b = append(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(c.clock))+1)
+		b = append(b, c.clock...)
+	}
 	s.buf = b
 	s.n++
 	_, err := s.w.Write(b)
@@ -416,6 +460,19 @@ func (s *spool) each(fn func(fileChange) error) error {
 			return fmt.Errorf("drivesync: read spool: %w", err)
 		}
 		c.patch = []byte(p)
+		if c.device, err = str(); err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		if n > 0 {
+			c.clock = make([]byte, n-1)
+			if _, err := io.ReadFull(r, c.clock); err != nil {
+				return fmt.Errorf("drivesync: read spool: %w", err)
+			}
+		}
 		if err := fn(c); err != nil {
 			return err
 		}

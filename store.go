@@ -80,6 +80,11 @@ const (
 	metaCursor     = "cursor"      // remote time of the newest file seen
 	metaMaxVersion = "max_version" // the largest version seen or reserved: new stamps go above it
 	metaSchema     = "schema_version"
+	metaStore      = "store"         // the id of the store this database syncs with (the remote's marker)
+	metaStoreClaim = "store_claimed" // remote time this device created the marker, until it is confirmed
+	metaSnapshot   = "snapshot"      // the newest snapshot seen or written
+	metaCompact    = "compact"       // this device's snapshot whose compaction is due
+	metaJoin       = "join"          // set by JoinRemote until the merge file is uploaded
 	schemaVersion  = "1"
 )
 

@@ -42,6 +42,16 @@ import (
 // Sync returns a Report even when it fails, describing what was done.
 // Rejected remote files are reported in Report.Rejected, not as an error.
 func (e *Engine) Sync(ctx context.Context) (Report, error) {
+	return e.run(ctx, func(s *syncRun) error {
+		if err := s.run(ctx); err != nil {
+			return err
+		}
+		return s.maintain(ctx, false)
+	})
+}
+
+// run runs fn with a fresh syncRun, one at a time.
+func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, error) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -61,7 +71,7 @@ func (e *Engine) Sync(ctx context.Context) (Report, error) {
 	defer endTx(conn)
 	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}}
 	defer s.cleanup()
-	err = s.run(ctx)
+	err = fn(s)
 	return s.report, err
 }
 
@@ -94,6 +104,14 @@ type syncRun struct {
 	dirty   bool // another connection committed since the pending rows were read
 	pending map[recordKey]pendingEdit
 	stmts   map[string]*sql.Stmt
+
+	store     string        // the store id of the remote's marker
+	bootstrap bool          // sync_states is empty: start from the newest snapshot
+	joining   bool          // JoinRemote was called: load the snapshot, then upload a merge file
+	newSnaps  []RemoteFile  // snapshots listed for the first time
+	snapshot  *downloaded   // the snapshot to apply first, if any
+	covered   []*downloaded // listed files the snapshot holds: recorded, not downloaded
+	vanished  bool          // a listed file was gone when downloaded
 }
 
 type knownFile struct {
@@ -124,6 +142,7 @@ func (s *syncRun) stillRejected(k knownFile, f RemoteFile) bool {
 type downloaded struct {
 	name  string
 	size  int64
+	kind  fileKind
 	spool *spool // nil until downloaded and valid
 }
 
@@ -132,6 +151,9 @@ func (s *syncRun) cleanup() {
 		if d.spool != nil {
 			d.spool.close()
 		}
+	}
+	if s.snapshot != nil && s.snapshot.spool != nil {
+		s.snapshot.spool.close()
 	}
 	if s.plan != nil {
 		s.plan.close()
@@ -156,6 +178,17 @@ func (s *syncRun) hook(point string) error {
 }
 
 func (s *syncRun) run(ctx context.Context) error {
+	// The next cursor is the remote's time before this sync lists: every
+	// file created before it is listed now or, if the listing lags,
+	// within the overlap next time. It never comes from file names, which
+	// a broken or hostile file could set in the future.
+	var err error
+	if s.cursor, err = s.e.cfg.Remote.Now(ctx); err != nil {
+		return remoteErr("list", "", err)
+	}
+	if err := s.bind(ctx); err != nil {
+		return err
+	}
 	if err := s.recoverOutbox(ctx); err != nil {
 		return err
 	}
@@ -171,7 +204,7 @@ func (s *syncRun) run(ctx context.Context) error {
 	if err := s.hook("planned"); err != nil {
 		return err
 	}
-	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 {
+	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.newSnaps) == 0 && len(s.covered) == 0 {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
 		return s.saveCursor(ctx)
@@ -211,26 +244,26 @@ func remoteErr(op, file string, err error) error {
 	return &Error{Op: op, File: file, Err: fmt.Errorf("%w: %w", ErrRemote, err)}
 }
 
-// fetch lists the remote and spools every patch file not applied yet.
+// fetch lists the remote and spools every file not applied yet, starting
+// with a snapshot when the device needs one (see snapshot.go).
 func (s *syncRun) fetch(ctx context.Context) error {
 	e := s.e
 	cur, err := getMeta(ctx, s.conn, metaCursor)
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	if cur != "" {
+	join, err := getMeta(ctx, s.conn, metaJoin)
+	if err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	s.joining = join != ""
+	s.bootstrap = s.emptyState(ctx)
+	if cur != "" && !s.bootstrap {
 		if prev, err := time.Parse(time.RFC3339Nano, cur); err == nil {
 			s.since = prev.Add(-e.cfg.ListOverlap)
 		}
 	}
-	// The next cursor is the remote's time before this listing: every
-	// file created before it is listed now or, if the listing lags,
-	// within the overlap next time. It never comes from file names, which
-	// a broken or hostile file could set in the future.
 	e.progress("list", 0, 1)
-	if s.cursor, err = e.cfg.Remote.Now(ctx); err != nil {
-		return remoteErr("list", "", err)
-	}
 	files, err := e.cfg.Remote.List(ctx, s.since)
 	if err != nil {
 		return remoteErr("list", "", err)
@@ -252,18 +285,26 @@ func (s *syncRun) fetch(ctx context.Context) error {
 	}
 	rows.Close()
 	s.listed = map[string]bool{}
+	var snaps []RemoteFile
 	for _, f := range files {
-		_, _, ok := parsePatchName(f.Name)
+		kind, _, _, ok := parseFileName(f.Name)
 		if !ok || s.listed[f.Name] {
 			continue // not ours (other apps' files), or listed twice
 		}
 		s.listed[f.Name] = true
+		if kind == kindSnapshot {
+			snaps = append(snaps, f)
+			continue
+		}
 		if k, seen := s.known[f.Name]; seen && (k.status == "applied" || s.stillRejected(k, f)) {
 			continue
 		}
-		s.download = append(s.download, &downloaded{name: f.Name, size: f.Size})
+		s.download = append(s.download, &downloaded{name: f.Name, size: f.Size, kind: kind})
 	}
 	slices.SortFunc(s.download, func(a, b *downloaded) int { return cmp.Compare(a.name, b.name) })
+	if err := s.chooseSnapshot(ctx, snaps); err != nil {
+		return err
+	}
 	for i, d := range s.download {
 		e.progress("download", i, len(s.download))
 		if err := s.fetchFile(ctx, d); err != nil {
@@ -271,7 +312,19 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		}
 	}
 	e.progress("download", len(s.download), len(s.download))
+	if s.vanished && s.snapshot == nil {
+		// Compaction deleted a file between listing and download: the
+		// snapshot that replaced it has what it held.
+		e.log.Info("drivesync: a listed file was deleted before it was downloaded; loading the newest snapshot")
+		if err := s.loadSnapshot(ctx, snaps); err != nil {
+			return err
+		}
+	}
 	s.download = slices.DeleteFunc(s.download, func(d *downloaded) bool { return d.spool == nil })
+	if s.snapshot != nil {
+		s.download = append([]*downloaded{s.snapshot}, s.download...)
+		s.snapshot = nil // owned by s.download now
+	}
 	return nil
 }
 
@@ -280,6 +333,10 @@ func (s *syncRun) fetch(ctx context.Context) error {
 // fails the sync.
 func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	e := s.e
+	if d.kind == kindMerge {
+		_, err := s.fetchStateFile(ctx, d, e.cfg.MaxSnapshotSize)
+		return err
+	}
 	_, device, _ := parsePatchName(d.name)
 	if d.size > e.cfg.MaxFileSize {
 		s.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, e.cfg.MaxFileSize))
@@ -287,7 +344,8 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil // deleted since the listing: nothing to apply
+		s.vanished = true // deleted since the listing (compacted?)
+		return nil
 	}
 	if err != nil {
 		return remoteErr("download", d.name, err)
@@ -315,14 +373,7 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		case spoolErr != nil: // a local disk problem, not the file's fault
 			return &Error{Op: "download", File: d.name, Err: spoolErr}
 		}
-		switch {
-		case errors.Is(err, ErrUnsupportedFormat):
-		case errors.Is(err, errTooLarge):
-			err = fmt.Errorf("%w: %w", ErrFileTooLarge, err)
-		default:
-			err = fmt.Errorf("%w: %w", ErrCorruptFile, err)
-		}
-		s.reject(d, err)
+		s.reject(d, classifyFileErr(err))
 		return nil
 	}
 	d.spool = sp

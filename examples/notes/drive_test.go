@@ -289,7 +289,7 @@ func TestDriveTwoDevices(t *testing.T) {
 		if f.Space != drivefake.SpaceAppData {
 			t.Errorf("file %s is in space %s, want %s", f.Name, f.Space, drivefake.SpaceAppData)
 		}
-		if f.MimeType != "application/vnd.google-apps.folder" {
+		if strings.HasPrefix(f.Name, "patch_") {
 			patches++
 		}
 	}
@@ -378,6 +378,7 @@ func TestDriveSignOut(t *testing.T) {
 func TestDriveFull(t *testing.T) {
 	g := newFakeGoogle(t)
 	a := g.device("a")
+	a.run("sync") // creates the store on the Drive
 	a.run("add", "a note")
 	g.drive.Fail(drivefake.Fault{Method: "POST", PathPrefix: "/upload/", Status: http.StatusForbidden, Reason: "storageQuotaExceeded"})
 	if msg := a.fail("sync"); !strings.Contains(msg, "your Google Drive is full") {

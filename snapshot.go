@@ -1,0 +1,918 @@
+package drivesync
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+)
+
+// Snapshots, compaction, bootstrap and the remote's identity (seed 000,
+// "Google Drive 側のスナップショット作成と同期内容ログの肥大化対策" and
+// "初期同期").
+//
+// A snapshot is every record of sync_states, deleted ones included, each
+// with its clock: a device that starts from it merges later patch files
+// exactly as if it had applied the files the snapshot replaces. It is
+// named with the remote's time when it was written and carries in its
+// header the time its writer listed the remote ("covers": every patch file
+// named more than two ListOverlaps before it is in the snapshot), the
+// cutoff below which compaction may delete patch files, and the names of
+// the files its writer rejected (never deleted: a newer app may read them).
+//
+// The first device to sync in a month (by the remote's clock) writes one.
+// Compaction runs once that snapshot is older than ListOverlap, so that
+// every device can list it before any file it replaces disappears: it
+// deletes the patch files older than the newest such snapshot's cutoff and
+// the snapshots older than it. A device whose listing may have missed
+// deleted files (its cursor is older than a new snapshot's cutoff, or a
+// file vanished between listing and download) loads the newest snapshot
+// first, merging it into its state; a device with no state at all starts
+// from it. Deletes that fail are retried at the next compaction.
+//
+// A merge file has the snapshot format but every device applies it, like a
+// patch file: it is how a device that joins another store (JoinRemote)
+// publishes what it had, with the original stamps.
+//
+// The marker (drivesync.json at the remote's root) names the store. Each
+// device records the id it syncs with, so that a remote that was emptied,
+// or swapped for another account or folder, stops Sync with
+// ErrRemoteChanged instead of looking like a store where every record was
+// deleted.
+
+// stateFormat is the snapshot and merge file format this engine writes; it
+// reads every format up to it.
+const stateFormat = 1
+
+// DefaultMaxSnapshotSize bounds the uncompressed size of a snapshot or
+// merge file (Config.MaxSnapshotSize).
+const DefaultMaxSnapshotSize = 16 << 30
+
+// defaultRetention is seed 000's: patch files are kept for two months
+// before the snapshot that replaces them.
+func defaultRetention(at time.Time) time.Time { return at.AddDate(0, -2, 0) }
+
+// stateHeader is the header of a snapshot or merge file.
+type stateHeader struct {
+	device   string
+	store    string
+	covers   time.Time // the writer's listing time: older files are in it
+	cutoff   time.Time // snapshots: compaction may delete patch files named before it
+	rejected []string  // snapshots: files the writer did not apply, never deleted
+}
+
+// coveredBefore is the name time below which a patch file is surely in a
+// state file whose writer listed the remote at covers: such a file was
+// visible to that listing.
+func (e *Engine) coveredBefore(covers time.Time) time.Time {
+	return covers.Add(-2 * e.cfg.ListOverlap)
+}
+
+// writeStateFile streams every record of sync_states into w, gzipped.
+// Memory stays flat: rows go out as they are read.
+func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) (records int, err error) {
+	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	if err != nil {
+		return 0, err
+	}
+	bw := bufio.NewWriterSize(gz, 64<<10)
+	b := fmt.Appendf(nil, `{"format":%d,"device":`, stateFormat)
+	b = jsonv.AppendString(b, h.device)
+	b = append(b, `,"store":`...)
+	b = jsonv.AppendString(b, h.store)
+	b = append(b, `,"covers":`...)
+	b = jsonv.AppendString(b, h.covers.UTC().Format(time.RFC3339Nano))
+	if !h.cutoff.IsZero() {
+		b = append(b, `,"cutoff":`...)
+		b = jsonv.AppendString(b, h.cutoff.UTC().Format(time.RFC3339Nano))
+		b = append(b, `,"rejected":[`...)
+		for i, name := range h.rejected {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonv.AppendString(b, name)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"records":[`...)
+	if _, err := bw.Write(b); err != nil {
+		return 0, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT table_name, record_id, record_data, clock, is_deleted FROM sync_states ORDER BY table_name, record_id`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var table, record, data, clock []byte
+	var deleted bool
+	for rows.Next() {
+		if err := rows.Scan(&table, &record, &data, &clock, &deleted); err != nil {
+			return records, err
+		}
+		b = b[:0]
+		if records > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, "\n{\"table_name\":"...)
+		b = jsonv.AppendString(b, string(table))
+		b = append(b, `,"record_id":`...)
+		b = jsonv.AppendString(b, string(record))
+		b = append(b, `,"state":`...)
+		b = append(b, data...)
+		b = append(b, `,"clock":`...)
+		b = append(b, clock...)
+		b = fmt.Appendf(b, `,"is_deleted":%t}`, deleted)
+		if _, err := bw.Write(b); err != nil {
+			return records, err
+		}
+		records++
+	}
+	if err := rows.Err(); err != nil {
+		return records, err
+	}
+	if _, err := bw.WriteString("\n]}\n"); err != nil {
+		return records, err
+	}
+	if err := bw.Flush(); err != nil {
+		return records, err
+	}
+	return records, gz.Close()
+}
+
+// stateEntry is one record of a state file.
+type stateEntry struct {
+	Table   string          `json:"table_name"`
+	Record  string          `json:"record_id"`
+	State   json.RawMessage `json:"state"`
+	Clock   json.RawMessage `json:"clock"`
+	Deleted bool            `json:"is_deleted"`
+}
+
+// decodeStateFile reads a snapshot or merge file from r (gzip), checks its
+// header (the device its name claims, a format this engine reads) and
+// hands every validated record to emit; with emit nil it stops after the
+// header. As for patch files, callers spool the records and discard the
+// spool on error: a bad file is never half-applied.
+func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int64, emit func(fileChange) error) (stateHeader, error) {
+	var h stateHeader
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return h, fmt.Errorf("not gzip: %w", err)
+	}
+	defer gz.Close()
+	values := &valueLimiter{r: &limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"}, limit: math.MaxInt64}
+	dec := json.NewDecoder(values)
+	dec.UseNumber()
+	valueBound := 4*maxRecord + 64<<10 // content and clock
+	bound := func() { values.limit = dec.InputOffset() + valueBound }
+	if err := expectDelim(dec, '{'); err != nil {
+		return h, err
+	}
+	var format int64
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return h, err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return h, fmt.Errorf("member %q appears twice", key)
+		}
+		seen[key] = true
+		bound()
+		switch key {
+		case "format":
+			var n json.Number
+			if err := dec.Decode(&n); err != nil {
+				return h, fmt.Errorf("format: %w", err)
+			}
+			if format, err = n.Int64(); err != nil || format < 1 {
+				return h, fmt.Errorf("format %q is not a positive integer", n)
+			}
+			if format > stateFormat {
+				return h, fmt.Errorf("%w: file format %d is newer than this app understands (%d): upgrade the app", ErrUnsupportedFormat, format, stateFormat)
+			}
+		case "device":
+			if err := dec.Decode(&h.device); err != nil {
+				return h, fmt.Errorf("device: %w", err)
+			}
+			if h.device != wantDevice {
+				return h, fmt.Errorf("file says device %q but its name says %q", h.device, wantDevice)
+			}
+		case "store":
+			if err := dec.Decode(&h.store); err != nil {
+				return h, fmt.Errorf("store: %w", err)
+			}
+		case "covers", "cutoff":
+			var text string
+			if err := dec.Decode(&text); err != nil {
+				return h, fmt.Errorf("%s: %w", key, err)
+			}
+			at, err := time.Parse(time.RFC3339Nano, text)
+			if err != nil {
+				return h, fmt.Errorf("%s: %w", key, err)
+			}
+			if key == "covers" {
+				h.covers = at
+			} else {
+				h.cutoff = at
+			}
+		case "rejected":
+			if err := dec.Decode(&h.rejected); err != nil {
+				return h, fmt.Errorf("rejected: %w", err)
+			}
+		case "records":
+			if format == 0 || h.device == "" || h.store == "" || h.covers.IsZero() {
+				return h, errors.New(`"format", "device", "store" and "covers" must come before "records"`)
+			}
+			if emit == nil {
+				return h, nil
+			}
+			if err := expectDelim(dec, '['); err != nil {
+				return h, fmt.Errorf("records: %w", err)
+			}
+			for i := 0; dec.More(); i++ {
+				var e stateEntry
+				bound()
+				if err := dec.Decode(&e); err != nil {
+					return h, fmt.Errorf("record %d: %w", i, err)
+				}
+				c, err := validateStateEntry(e, maxRecord)
+				if err != nil {
+					return h, fmt.Errorf("record %d: %w", i, err)
+				}
+				if err := emit(c); err != nil {
+					return h, err
+				}
+			}
+			if err := expectDelim(dec, ']'); err != nil {
+				return h, err
+			}
+		default:
+			var skip json.RawMessage // members of later formats
+			if err := dec.Decode(&skip); err != nil {
+				return h, err
+			}
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return h, err
+	}
+	if !seen["records"] {
+		return h, errors.New(`no "records"`)
+	}
+	switch _, err := dec.Token(); {
+	case err == io.EOF:
+		return h, nil
+	case err != nil:
+		return h, err
+	}
+	return h, errors.New("data after the end of the file")
+}
+
+// validateStateEntry checks one record of a state file and returns it in
+// the canonical form sync_states stores. Its clock must be one the merge
+// rules can produce, or devices that merge it could disagree.
+func validateStateEntry(e stateEntry, maxRecord int64) (fileChange, error) {
+	if err := checkTableName(e.Table); err != nil {
+		return fileChange{}, err
+	}
+	if e.Record == "" || len(e.Record) > maxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), maxRecordIDLen)
+	}
+	if int64(len(e.State)) > maxRecord || int64(len(e.Clock)) > 2*maxRecord {
+		return fileChange{}, fmt.Errorf("%w: record %s/%s is over the %d-byte record limit", errTooLarge, e.Table, e.Record, maxRecord)
+	}
+	content := jsonv.Value{Members: []jsonv.Member{}}
+	if !e.Deleted {
+		var err error
+		if content, err = jsonv.ParseObject(e.State, jsonv.Options{}); err != nil {
+			return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
+		}
+	}
+	n, err := decodeState(content, e.Clock, e.Deleted)
+	if err == nil {
+		err = checkClock(n, stamp{version: maxVersion + 1}, map[string]bool{})
+	}
+	if err != nil {
+		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
+	}
+	data, clock := encodeState(n)
+	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
+		deleted: !n.exists(), version: n.stamp.version, device: n.stamp.device}, nil
+}
+
+// checkClock checks what the merge rules guarantee of every state they
+// build: stamps in range, a node's stamp not below its children's, a floor
+// below its node's stamp and below every child kept over it.
+func checkClock(n *node, parent stamp, devices map[string]bool) error {
+	for _, s := range []stamp{n.stamp, n.floor} {
+		if s.isZero() {
+			continue
+		}
+		if s.version < 1 || s.version > maxVersion {
+			return fmt.Errorf("%w: version %d out of range", errBadClock, s.version)
+		}
+		if !devices[s.device] {
+			if checkDeviceID(s.device) != nil {
+				return fmt.Errorf("%w: device %q", errBadClock, s.device)
+			}
+			devices[s.device] = true
+		}
+	}
+	if n.stamp.isZero() || parent.less(n.stamp) || (!n.floor.isZero() && !n.floor.less(n.stamp)) {
+		return fmt.Errorf("%w: stamps out of order", errBadClock)
+	}
+	for _, k := range n.kids {
+		if !n.floor.isZero() && !n.floor.less(k.node.stamp) {
+			return fmt.Errorf("%w: a member older than its object's reset", errBadClock)
+		}
+		if err := checkClock(k.node, n.stamp, devices); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The marker: drivesync.json at the remote's root.
+const (
+	markerName   = "drivesync.json"
+	markerFormat = 1
+	maxMarker    = 64 << 10
+)
+
+type marker struct {
+	Format  int64     `json:"format"`
+	Store   string    `json:"store"`
+	Created time.Time `json:"created"` // the remote's time; a store's first snapshot is due the month after
+}
+
+// readMarker reads the remote's marker; found is false if there is none.
+func readMarker(ctx context.Context, r Remote) (m marker, found bool, err error) {
+	rc, err := r.Open(ctx, markerName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, false, nil
+	}
+	if err != nil {
+		return m, false, remoteErr("read marker", markerName, err)
+	}
+	defer rc.Close()
+	src := &countingReader{r: &limitedReader{r: rc, n: maxMarker, what: "marker"}}
+	derr := json.NewDecoder(src).Decode(&m)
+	switch {
+	case src.failed != nil:
+		return m, false, remoteErr("read marker", markerName, src.failed)
+	case derr != nil:
+		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: %w", ErrCorruptFile, derr)}
+	case m.Format > markerFormat:
+		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker format %d is newer than this app understands (%d)", ErrUnsupportedFormat, m.Format, markerFormat)}
+	case m.Format < 1 || checkDeviceID(m.Store) != nil:
+		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker has format %d and store %q", ErrCorruptFile, m.Format, m.Store)}
+	}
+	return m, true, nil
+}
+
+func writeMarker(ctx context.Context, r Remote, store string, created time.Time) error {
+	b, _ := json.Marshal(marker{Format: markerFormat, Store: store, Created: created.UTC()})
+	return r.Create(ctx, markerName, strings.NewReader(string(b)+"\n"))
+}
+
+// bind checks that the remote holds the store this database syncs with,
+// creating the marker on a remote that has none yet and that this
+// database never synced with.
+func (s *syncRun) bind(ctx context.Context) error {
+	e := s.e
+	var bound, claim, last string
+	for _, kv := range []struct {
+		key string
+		v   *string
+	}{{metaStore, &bound}, {metaStoreClaim, &claim}, {metaSnapshot, &last}} {
+		var err error
+		if *kv.v, err = getMeta(ctx, s.conn, kv.key); err != nil {
+			return &Error{Op: "sync", Err: err}
+		}
+	}
+	m, found, err := readMarker(ctx, e.cfg.Remote)
+	if err != nil {
+		return err
+	}
+	var set []string
+	switch {
+	case found && m.Store == bound:
+		// Our marker held for two overlaps: another device's marker
+		// created in the same moment would show by now.
+		if at, err := time.Parse(time.RFC3339Nano, claim); claim != "" && (err != nil || !s.cursor.Before(at.Add(2*e.cfg.ListOverlap))) {
+			set = append(set, metaStoreClaim, "")
+		}
+	case found && (bound == "" || claim != ""):
+		// The first sync with this remote, or our own marker lost a
+		// race with another device's (Drive allows two files of one
+		// name; every device reads the same one): join it.
+		if bound != "" {
+			e.log.Info("drivesync: another device created the store's marker at the same time; using its id", "store", m.Store)
+		}
+		set = append(set, metaStore, m.Store, metaStoreClaim, "")
+	case found:
+		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s: the app may be signed in to another account or pointed at another folder. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound)}
+	case bound != "":
+		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s: it was emptied, or it is another folder or account than the one store %s lives in. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, bound)}
+	default:
+		m = marker{Store: newStoreID(), Created: s.cursor}
+		err = writeMarker(ctx, e.cfg.Remote, m.Store, m.Created)
+		if errors.Is(err, fs.ErrExist) { // another device created it since we looked
+			if m, found, err = readMarker(ctx, e.cfg.Remote); err == nil && !found {
+				err = fmt.Errorf("%w: the marker exists but cannot be read; sync again", ErrRemote)
+			}
+			if err != nil {
+				return remoteErr("read marker", markerName, err)
+			}
+			set = append(set, metaStore, m.Store)
+			break
+		}
+		if err != nil {
+			return remoteErr("write marker", markerName, err)
+		}
+		e.log.Info("drivesync: created the store's marker on the remote", "store", m.Store)
+		set = append(set, metaStore, m.Store, metaStoreClaim, s.cursor.UTC().Format(time.RFC3339Nano))
+	}
+	s.store = m.Store
+	if last == "" && !m.Created.IsZero() {
+		// A store's first snapshot is due in the month after it began.
+		set = append(set, metaSnapshot, m.Created.UTC().Format(time.RFC3339Nano))
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return s.setMetas(ctx, set...)
+}
+
+// setMetas sets sync_meta key/value pairs in one transaction.
+func (s *syncRun) setMetas(ctx context.Context, kv ...string) error {
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if err := setMeta(ctx, s.conn, kv[i], kv[i+1]); err != nil {
+			endTx(s.conn)
+			return &Error{Op: "sync", Err: err}
+		}
+	}
+	if _, err := s.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		endTx(s.conn)
+		return &Error{Op: "sync", Err: err}
+	}
+	return nil
+}
+
+// chooseSnapshot decides whether this sync must start from a snapshot:
+// the device has no state yet, it joins a store, or a snapshot it has not
+// seen allowed deleting files newer than its listing reaches. It then
+// loads the newest snapshot and drops the listed files it covers.
+func (s *syncRun) chooseSnapshot(ctx context.Context, snaps []RemoteFile) error {
+	slices.SortFunc(snaps, func(a, b RemoteFile) int { return strings.Compare(b.Name, a.Name) }) // newest first
+	need := s.bootstrap || s.joining
+	for _, f := range snaps {
+		if _, known := s.known[f.Name]; known {
+			continue
+		}
+		s.newSnaps = append(s.newSnaps, f)
+		if need {
+			continue
+		}
+		h, err := s.readHeader(ctx, f.Name)
+		if err != nil {
+			var re rejection
+			if errors.As(err, &re) {
+				s.reject(&downloaded{name: f.Name, size: f.Size}, re.err)
+				continue
+			}
+			return err
+		}
+		if h.cutoff.After(s.since) {
+			e := s.e
+			e.log.Info("drivesync: files this device has not seen may have been compacted; loading the newest snapshot", "snapshot", f.Name)
+			need = true
+		}
+	}
+	if !need {
+		return nil
+	}
+	return s.loadSnapshot(ctx, snaps)
+}
+
+// rejection marks an error of a remote file's content (not of the remote).
+type rejection struct{ err error }
+
+func (r rejection) Error() string { return r.err.Error() }
+
+func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, error) {
+	_, _, device, _ := parseFileName(name)
+	rc, err := s.e.cfg.Remote.Open(ctx, name)
+	if err != nil {
+		return stateHeader{}, remoteErr("download", name, err)
+	}
+	defer rc.Close()
+	src := &countingReader{r: rc}
+	h, err := decodeStateFile(src, device, s.e.cfg.MaxSnapshotSize, s.e.cfg.MaxRecordSize, nil)
+	switch {
+	case err == nil && h.store != s.store:
+		return h, rejection{fmt.Errorf("%w: it belongs to store %s, not %s", ErrCorruptFile, h.store, s.store)}
+	case err == nil:
+		return h, nil
+	case ctx.Err() != nil:
+		return h, &Error{Op: "download", File: name, Err: ctx.Err()}
+	case src.failed != nil:
+		return h, remoteErr("download", name, src.failed)
+	}
+	return h, rejection{classifyFileErr(err)}
+}
+
+func classifyFileErr(err error) error {
+	switch {
+	case errors.Is(err, ErrUnsupportedFormat):
+		return err
+	case errors.Is(err, errTooLarge):
+		return fmt.Errorf("%w: %w", ErrFileTooLarge, err)
+	}
+	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
+}
+
+// loadSnapshot spools the newest readable snapshot of snaps (newest
+// first) to be applied before any patch file, and drops the listed files
+// it covers.
+func (s *syncRun) loadSnapshot(ctx context.Context, snaps []RemoteFile) error {
+	if s.snapshot != nil {
+		return nil
+	}
+	for _, f := range snaps {
+		d := &downloaded{name: f.Name, size: f.Size, kind: kindSnapshot}
+		h, err := s.fetchStateFile(ctx, d, s.e.cfg.MaxSnapshotSize)
+		if err != nil {
+			return err
+		}
+		if d.spool == nil {
+			continue // rejected, or deleted since the listing: try an older one
+		}
+		s.snapshot = d
+		skip := map[string]bool{}
+		for _, name := range h.rejected {
+			skip[name] = true
+		}
+		before := s.e.coveredBefore(h.covers)
+		s.download = slices.DeleteFunc(s.download, func(x *downloaded) bool {
+			_, at, _, _ := parseFileName(x.name)
+			if x.spool != nil || skip[x.name] || !at.Before(before) {
+				return false
+			}
+			s.covered = append(s.covered, x)
+			return true
+		})
+		return nil
+	}
+	return nil
+}
+
+// fetchStateFile downloads a snapshot or merge file into d.spool; a file
+// that cannot be read is rejected (d.spool stays nil).
+func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64) (stateHeader, error) {
+	e := s.e
+	_, _, device, _ := parseFileName(d.name)
+	if d.size > limit {
+		s.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, limit))
+		return stateHeader{}, nil
+	}
+	rc, err := e.cfg.Remote.Open(ctx, d.name)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.vanished = s.vanished || d.kind == kindMerge
+		return stateHeader{}, nil
+	}
+	if err != nil {
+		return stateHeader{}, remoteErr("download", d.name, err)
+	}
+	defer rc.Close()
+	sp, err := newSpool(e.cfg.TempDir)
+	if err != nil {
+		return stateHeader{}, &Error{Op: "download", File: d.name, Err: err}
+	}
+	var maxV int64
+	var spoolErr error
+	src := &countingReader{r: &limitedReader{r: rc, n: limit, what: "compressed file"}}
+	h, err := decodeStateFile(src, device, limit, e.cfg.MaxRecordSize, func(c fileChange) error {
+		maxV = max(maxV, c.version)
+		spoolErr = sp.add(c)
+		return spoolErr
+	})
+	if err == nil && h.store != s.store {
+		err = rejection{fmt.Errorf("it belongs to store %s, not %s", h.store, s.store)}
+	}
+	if err != nil {
+		sp.close()
+		switch {
+		case ctx.Err() != nil:
+			return h, &Error{Op: "download", File: d.name, Err: ctx.Err()}
+		case src.failed != nil:
+			return h, remoteErr("download", d.name, src.failed)
+		case spoolErr != nil:
+			return h, &Error{Op: "download", File: d.name, Err: spoolErr}
+		}
+		s.reject(d, classifyFileErr(err))
+		return h, nil
+	}
+	d.spool = sp
+	s.maxSeen = max(s.maxSeen, maxV)
+	return h, nil
+}
+
+// maintain runs after a successful sync: the month's first snapshot, the
+// compaction a snapshot of this device made due, and the merge file a
+// JoinRemote asked for. force (Engine.Snapshot) writes a snapshot and
+// compacts now.
+func (s *syncRun) maintain(ctx context.Context, force bool) error {
+	e := s.e
+	if s.joining {
+		if _, err := s.writeState(ctx, kindMerge); err != nil {
+			return err
+		}
+		if err := s.setMetas(ctx, metaJoin, ""); err != nil {
+			return err
+		}
+	}
+	last, err := getMeta(ctx, s.conn, metaSnapshot)
+	if err != nil {
+		return &Error{Op: "snapshot", Err: err}
+	}
+	lastAt, _ := time.Parse(time.RFC3339Nano, last)
+	y1, m1, _ := lastAt.UTC().Date()
+	y2, m2, _ := s.cursor.UTC().Date()
+	if force || ((y1 != y2 || m1 != m2) && !s.emptyState(ctx)) {
+		name, err := s.writeState(ctx, kindSnapshot)
+		if err != nil {
+			return err
+		}
+		s.report.Snapshot = name
+		_, at, _, _ := parseFileName(name)
+		if err := s.setMetas(ctx, metaSnapshot, at.Format(time.RFC3339Nano), metaCompact, name); err != nil {
+			return err
+		}
+	}
+	due, err := getMeta(ctx, s.conn, metaCompact)
+	if err != nil {
+		return &Error{Op: "compact", Err: err}
+	}
+	_, dueAt, _, _ := parseFileName(due)
+	if due != "" && !s.cursor.Before(dueAt.Add(e.cfg.ListOverlap)) || force {
+		used, err := s.compact(ctx)
+		if err != nil {
+			return err
+		}
+		if used != "" && used >= due {
+			return s.setMetas(ctx, metaCompact, "")
+		}
+	}
+	return nil
+}
+
+func (s *syncRun) emptyState(ctx context.Context) bool {
+	var empty bool
+	err := s.conn.QueryRowContext(ctx, `SELECT NOT EXISTS (SELECT 1 FROM sync_states)`).Scan(&empty)
+	return err == nil && empty
+}
+
+// writeState uploads sync_states as a snapshot or merge file.
+func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error) {
+	e := s.e
+	op := "snapshot"
+	if kind == kindMerge {
+		op = "merge"
+	}
+	h := stateHeader{device: e.deviceID, store: s.store, covers: s.cursor}
+	if kind == kindSnapshot {
+		h.cutoff = defaultRetention(s.cursor)
+		if e.cfg.Retention > 0 {
+			h.cutoff = s.cursor.Add(-e.cfg.Retention)
+		}
+		if b := e.coveredBefore(s.cursor); b.Before(h.cutoff) {
+			h.cutoff = b
+		}
+		rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_files WHERE status = 'rejected' ORDER BY name`)
+		if err != nil {
+			return "", &Error{Op: op, Err: err}
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err == nil {
+				h.rejected = append(h.rejected, name)
+			}
+		}
+		rows.Close()
+	}
+	f, err := os.CreateTemp(e.cfg.TempDir, "drivesync-"+op+"-*")
+	if err != nil {
+		return "", &Error{Op: op, Err: err}
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := s.conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		endTx(s.conn)
+		return "", &Error{Op: op, Err: err}
+	}
+	n, err := writeStateFile(ctx, s.conn, f, h)
+	endTx(s.conn) // a read transaction: ends the snapshot of the database
+	if err != nil {
+		return "", &Error{Op: op, Err: err}
+	}
+	now, err := e.cfg.Remote.Now(ctx)
+	if err != nil {
+		return "", remoteErr(op, "", err)
+	}
+	if now.Before(s.cursor) {
+		now = s.cursor
+	}
+	for attempt := 0; ; attempt++ {
+		name := remoteFileName(kind, now, e.deviceID)
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", &Error{Op: op, Err: err}
+		}
+		err := e.cfg.Remote.Create(ctx, name, f)
+		if err == nil {
+			e.log.Info("drivesync: wrote a "+op+" file", "file", name, "records", n)
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrExist) || attempt == 3 {
+			return "", remoteErr(op, name, err)
+		}
+		now = now.Add(time.Millisecond)
+	}
+}
+
+// compact deletes what the newest snapshot older than ListOverlap
+// replaces, and returns its name ("" if there is none yet). A failed
+// delete is logged and left for the next compaction.
+func (s *syncRun) compact(ctx context.Context) (string, error) {
+	e := s.e
+	now, err := e.cfg.Remote.Now(ctx)
+	if err != nil {
+		return "", remoteErr("compact", "", err)
+	}
+	files, err := e.cfg.Remote.List(ctx, time.Time{})
+	if err != nil {
+		return "", remoteErr("compact", "", err)
+	}
+	var authority string
+	var authorityAt time.Time
+	for _, f := range files {
+		kind, at, _, ok := parseFileName(f.Name)
+		if ok && kind == kindSnapshot && !at.After(now.Add(-e.cfg.ListOverlap)) && f.Name > authority {
+			authority, authorityAt = f.Name, at
+		}
+	}
+	if authority == "" {
+		return "", nil
+	}
+	h, err := s.readHeader(ctx, authority)
+	if err != nil {
+		var re rejection
+		if errors.As(err, &re) {
+			e.log.Warn("drivesync: not compacting: the newest snapshot cannot be read", "file", authority, "err", err)
+			return "", nil
+		}
+		return "", err
+	}
+	keep := map[string]bool{}
+	for _, name := range h.rejected {
+		keep[name] = true
+	}
+	for _, f := range files {
+		kind, at, _, ok := parseFileName(f.Name)
+		if !ok || keep[f.Name] {
+			continue
+		}
+		old := (kind == kindSnapshot && at.Before(authorityAt)) || (kind != kindSnapshot && at.Before(h.cutoff))
+		if !old {
+			continue
+		}
+		if err := e.cfg.Remote.Delete(ctx, f.Name); err != nil {
+			if ctx.Err() != nil {
+				return "", &Error{Op: "compact", Err: ctx.Err()}
+			}
+			e.log.Warn("drivesync: could not delete an old file; the next compaction retries", "file", f.Name, "err", err)
+			continue
+		}
+		s.report.Deleted++
+	}
+	e.log.Info("drivesync: compacted", "snapshot", authority, "deleted", s.report.Deleted)
+	return authority, nil
+}
+
+// Snapshot syncs, then writes a snapshot of this database's synced state
+// and compacts the remote now: it deletes the patch files and snapshots
+// that the newest snapshot older than Config.ListOverlap replaces (the one
+// just written replaces files once every device can see it: at the first
+// sync after that). A sync writes a snapshot by itself once a month;
+// Snapshot is for an app's maintenance button, and for tests.
+func (e *Engine) Snapshot(ctx context.Context) (Report, error) {
+	return e.run(ctx, func(s *syncRun) error {
+		if err := s.run(ctx); err != nil {
+			return err
+		}
+		return s.maintain(ctx, true)
+	})
+}
+
+// JoinRemote binds this database to the store the remote holds now, after
+// Sync failed with ErrRemoteChanged because the remote carries another
+// store. The next Sync starts from that store's newest snapshot and files,
+// merges them with this database (last writer wins, per field) and uploads
+// this database's records there, so that the other devices of that store
+// get them. Nothing is deleted on either side.
+func (e *Engine) JoinRemote(ctx context.Context) error {
+	_, err := e.run(ctx, func(s *syncRun) error {
+		m, found, err := readMarker(ctx, e.cfg.Remote)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return &Error{Op: "join", File: markerName, Err: errors.New("the remote holds no store to join (it has no marker): call StartFresh to make this database's data a new store there")}
+		}
+		return s.rebind(ctx, m.Store, true)
+	})
+	return err
+}
+
+// StartFresh makes this database's data a new store on the remote, after
+// Sync failed with ErrRemoteChanged because the remote was emptied: it
+// writes a new marker, syncs, and uploads a snapshot of every record.
+// Other devices of the old store then get ErrRemoteChanged and can
+// JoinRemote. StartFresh refuses a remote that holds a store already.
+func (e *Engine) StartFresh(ctx context.Context) (Report, error) {
+	return e.run(ctx, func(s *syncRun) error {
+		m, found, err := readMarker(ctx, e.cfg.Remote)
+		if err != nil {
+			return err
+		}
+		if found {
+			return &Error{Op: "start fresh", File: markerName, Err: fmt.Errorf("the remote holds store %s: call JoinRemote to merge with it, or point the app at an empty folder", m.Store)}
+		}
+		now, err := e.cfg.Remote.Now(ctx)
+		if err != nil {
+			return remoteErr("start fresh", "", err)
+		}
+		store := newStoreID()
+		if err := writeMarker(ctx, e.cfg.Remote, store, now); err != nil {
+			return remoteErr("start fresh", markerName, err)
+		}
+		if err := s.rebind(ctx, store, false); err != nil {
+			return err
+		}
+		if err := s.run(ctx); err != nil {
+			return err
+		}
+		return s.maintain(ctx, true)
+	})
+}
+
+// rebind records store as this database's and forgets what it knew of
+// the old remote, so that the next sync reads the new one from the start.
+func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "rebind", Err: err}
+	}
+	err := func() error {
+		if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_files`); err != nil {
+			return err
+		}
+		j := ""
+		if join {
+			j = "1"
+		}
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}} {
+			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		_, err := s.conn.ExecContext(ctx, "COMMIT")
+		return err
+	}()
+	if err != nil {
+		endTx(s.conn)
+		return &Error{Op: "rebind", Err: err}
+	}
+	s.e.log.Info("drivesync: bound to a store", "store", store, "join", join)
+	return nil
+}
+
+func newStoreID() string { return uuid.NewString() }
