@@ -162,7 +162,10 @@ func (r *DriveRemote) addRoot(id string) {
 func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
 	q := fmt.Sprintf("trashed = false and mimeType != '%s'", folderMime)
 	if !since.IsZero() {
-		q += fmt.Sprintf(" and createdTime >= '%s'", since.UTC().Format(time.RFC3339))
+		// The store's marker is always listed: the engine reads it every
+		// sync, and Drive may hold two of them (see bind in snapshot.go),
+		// so its ids must be as fresh as the listing.
+		q += fmt.Sprintf(" and (createdTime >= '%s' or name = %s)", since.UTC().Format(time.RFC3339), quoteQ(markerName))
 	}
 	files, err := r.query(ctx, q, "files(id, name, parents, size)")
 	if err != nil {
@@ -187,6 +190,9 @@ func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, 
 		}
 		name := path.Join(dir, f.Name)
 		r.mu.Lock()
+		if !seen[name] {
+			r.ids[name] = nil // this listing's ids replace older ones
+		}
 		if !slices.Contains(r.ids[name], f.Id) {
 			r.ids[name] = append(r.ids[name], f.Id)
 		}

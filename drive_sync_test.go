@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,5 +116,52 @@ func BenchmarkDriveRequests(b *testing.B) {
 			b.ReportMetric(float64(ours)/float64(b.N), "requests/sync")
 			b.ReportMetric(float64(perRecord)/float64(b.N), "per-record-design-requests")
 		})
+	}
+}
+
+// TestMarkerRaceOverDrive: two devices start a store on an empty Drive at
+// the same moment and, the listing lagging, both create the marker (Drive
+// allows two files of one name). Neither gets ErrRemoteChanged: both
+// settle on the same store and converge, and an hour later the binding
+// holds.
+func TestMarkerRaceOverDrive(t *testing.T) {
+	srv := drivefake.New(t)
+	clk := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	srv.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clk })
+	a, b := driveDevice(t, srv, "dev-a"), driveDevice(t, srv, "dev-b")
+	srv.SetListingLag(8)
+	a.put("ra", `{"v":"a"}`)
+	b.put("rb", `{"v":"b"}`)
+	a.sync()
+	b.sync()
+	markers := 0
+	for _, f := range srv.Files() {
+		if f.Name == markerName {
+			markers++
+		}
+	}
+	if markers != 2 {
+		t.Fatalf("%d markers, want the race's 2", markers)
+	}
+	srv.SetListingLag(0)
+	for range 5 { // until the lagging listings show every file
+		a.sync()
+		b.sync()
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if a.eng.mustStore(t) != b.eng.mustStore(t) {
+		t.Fatal("the devices bound different stores")
+	}
+	mu.Lock()
+	clk = clk.Add(time.Hour)
+	mu.Unlock()
+	syncAll(t, a, b)
+	c := driveDevice(t, srv, "dev-c")
+	syncAll(t, a, b, c)
+	assertConverged(t, a, b, c)
+	if a.get("rb") == "" || b.get("ra") == "" || c.get("ra") == "" {
+		t.Fatal("a record was lost in the race")
 	}
 }

@@ -183,6 +183,7 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 	}
 	var format int64
 	seen := map[string]bool{}
+	devices := map[string]bool{} // device ids already checked
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -251,7 +252,7 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				if err := dec.Decode(&e); err != nil {
 					return h, fmt.Errorf("record %d: %w", i, err)
 				}
-				c, err := validateStateEntry(e, maxRecord)
+				c, err := validateStateEntry(e, maxRecord, devices)
 				if err != nil {
 					return h, fmt.Errorf("record %d: %w", i, err)
 				}
@@ -287,7 +288,7 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 // validateStateEntry checks one record of a state file and returns it in
 // the canonical form sync_states stores. Its clock must be one the merge
 // rules can produce, or devices that merge it could disagree.
-func validateStateEntry(e stateEntry, maxRecord int64) (fileChange, error) {
+func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) (fileChange, error) {
 	if err := checkTableName(e.Table); err != nil {
 		return fileChange{}, err
 	}
@@ -306,7 +307,7 @@ func validateStateEntry(e stateEntry, maxRecord int64) (fileChange, error) {
 	}
 	n, err := decodeState(content, e.Clock, e.Deleted)
 	if err == nil {
-		err = checkClock(n, stamp{version: maxVersion + 1}, map[string]bool{})
+		err = checkClock(n, stamp{version: maxVersion + 1}, devices)
 	}
 	if err != nil {
 		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
@@ -418,16 +419,28 @@ func (s *syncRun) bind(ctx context.Context) error {
 		if at, err := time.Parse(time.RFC3339Nano, claim); claim != "" && (err != nil || !s.cursor.Before(at.Add(2*e.cfg.ListOverlap))) {
 			set = append(set, metaStoreClaim, "")
 		}
-	case found && (bound == "" || claim != ""):
-		// The first sync with this remote, or our own marker lost a
-		// race with another device's (Drive allows two files of one
-		// name; every device reads the same one): join it.
-		if bound != "" {
-			e.log.Info("drivesync: another device created the store's marker at the same time; using its id", "store", m.Store)
+	case found && bound == "":
+		set = append(set, metaStore, m.Store) // the first sync with this remote
+	case found && claim != "" && racedWith(claim, m.Created, e.cfg.ListOverlap):
+		// Our own marker lost a race with another device's, created in
+		// the same moment (Drive allows two files of one name, and every
+		// device reads the same one): join that store, uploading what
+		// this device had.
+		e.log.Info("drivesync: another device created the store's marker at the same time; joining its store", "store", m.Store)
+		if err := s.rebind(ctx, m.Store, true); err != nil {
+			return err
 		}
-		set = append(set, metaStore, m.Store, metaStoreClaim, "")
+		s.rebound = true
+		last = ""
+		// Until the listings settle, the marker every device reads may
+		// still change: keep treating a change as this race.
+		set = append(set, metaStoreClaim, claim)
 	case found:
 		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s: the app may be signed in to another account or pointed at another folder. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound)}
+	case bound != "" && claim != "" && racedWith(claim, s.cursor, 2*e.cfg.ListOverlap):
+		// We created the marker moments ago; the remote does not list
+		// it yet.
+		m = marker{Store: bound}
 	case bound != "":
 		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s: it was emptied, or it is another folder or account than the one store %s lives in. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, bound)}
 	default:
@@ -458,6 +471,14 @@ func (s *syncRun) bind(ctx context.Context) error {
 		return nil
 	}
 	return s.setMetas(ctx, set...)
+}
+
+// racedWith reports whether a marker created at other could have been
+// created by another device without either seeing the other's.
+func racedWith(claim string, other time.Time, overlap time.Duration) bool {
+	at, err := time.Parse(time.RFC3339Nano, claim)
+	d := other.Sub(at)
+	return err == nil && d < overlap && d > -overlap
 }
 
 // setMetas sets sync_meta key/value pairs in one transaction.
@@ -597,7 +618,10 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
-		s.vanished = s.vanished || d.kind == kindMerge
+		if d.kind == kindMerge {
+			s.vanished = true
+			s.gone = append(s.gone, d)
+		}
 		return stateHeader{}, nil
 	}
 	if err != nil {

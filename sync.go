@@ -88,6 +88,7 @@ type syncRun struct {
 	report Report
 
 	cursor        time.Time
+	files         []RemoteFile // the listing
 	listed        map[string]bool
 	known         map[string]knownFile
 	download      []*downloaded
@@ -106,12 +107,14 @@ type syncRun struct {
 	stmts   map[string]*sql.Stmt
 
 	store     string        // the store id of the remote's marker
+	rebound   bool          // bind joined another store
 	bootstrap bool          // sync_states is empty: start from the newest snapshot
 	joining   bool          // JoinRemote was called: load the snapshot, then upload a merge file
 	newSnaps  []RemoteFile  // snapshots listed for the first time
 	snapshot  *downloaded   // the snapshot to apply first, if any
 	covered   []*downloaded // listed files the snapshot holds: recorded, not downloaded
 	vanished  bool          // a listed file was gone when downloaded
+	gone      []*downloaded // those files
 }
 
 type knownFile struct {
@@ -186,8 +189,16 @@ func (s *syncRun) run(ctx context.Context) error {
 	if s.cursor, err = s.e.cfg.Remote.Now(ctx); err != nil {
 		return remoteErr("list", "", err)
 	}
+	if err := s.list(ctx); err != nil {
+		return err
+	}
 	if err := s.bind(ctx); err != nil {
 		return err
+	}
+	if s.rebound { // joined another store: list it from the start
+		if err := s.list(ctx); err != nil {
+			return err
+		}
 	}
 	if err := s.recoverOutbox(ctx); err != nil {
 		return err
@@ -244,31 +255,38 @@ func remoteErr(op, file string, err error) error {
 	return &Error{Op: op, File: file, Err: fmt.Errorf("%w: %w", ErrRemote, err)}
 }
 
-// fetch lists the remote and spools every file not applied yet, starting
-// with a snapshot when the device needs one (see snapshot.go).
-func (s *syncRun) fetch(ctx context.Context) error {
+// list lists the remote from the cursor less the overlap, or from the
+// start for a device with no synced state.
+func (s *syncRun) list(ctx context.Context) error {
 	e := s.e
 	cur, err := getMeta(ctx, s.conn, metaCursor)
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	join, err := getMeta(ctx, s.conn, metaJoin)
-	if err != nil {
-		return &Error{Op: "sync", Err: err}
-	}
-	s.joining = join != ""
 	s.bootstrap = s.emptyState(ctx)
+	s.since = time.Time{}
 	if cur != "" && !s.bootstrap {
 		if prev, err := time.Parse(time.RFC3339Nano, cur); err == nil {
 			s.since = prev.Add(-e.cfg.ListOverlap)
 		}
 	}
 	e.progress("list", 0, 1)
-	files, err := e.cfg.Remote.List(ctx, s.since)
-	if err != nil {
+	if s.files, err = e.cfg.Remote.List(ctx, s.since); err != nil {
 		return remoteErr("list", "", err)
 	}
 	e.progress("list", 1, 1)
+	return nil
+}
+
+// fetch spools every listed file not applied yet, starting with a
+// snapshot when the device needs one (see snapshot.go).
+func (s *syncRun) fetch(ctx context.Context) error {
+	e := s.e
+	join, err := getMeta(ctx, s.conn, metaJoin)
+	if err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	s.joining = join != ""
 	s.known = map[string]knownFile{}
 	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size, checked_at, reader FROM sync_files`)
 	if err != nil {
@@ -286,7 +304,7 @@ func (s *syncRun) fetch(ctx context.Context) error {
 	rows.Close()
 	s.listed = map[string]bool{}
 	var snaps []RemoteFile
-	for _, f := range files {
+	for _, f := range s.files {
 		kind, _, _, ok := parseFileName(f.Name)
 		if !ok || s.listed[f.Name] {
 			continue // not ours (other apps' files), or listed twice
@@ -345,6 +363,7 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		s.vanished = true // deleted since the listing (compacted?)
+		s.gone = append(s.gone, d)
 		return nil
 	}
 	if err != nil {
