@@ -416,8 +416,12 @@ func (s *syncRun) bind(ctx context.Context) error {
 	case found && m.Store == bound:
 		// Our marker held for two overlaps: another device's marker
 		// created in the same moment would show by now.
-		if at, err := time.Parse(time.RFC3339Nano, claim); claim != "" && (err != nil || !s.cursor.Before(at.Add(2*e.cfg.ListOverlap))) {
+		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(claim, claimSeen))
+		switch {
+		case claim != "" && (err != nil || !s.cursor.Before(at.Add(2*e.cfg.ListOverlap))):
 			set = append(set, metaStoreClaim, "")
+		case claim != "" && !strings.HasPrefix(claim, claimSeen):
+			set = append(set, metaStoreClaim, claimSeen+claim) // read back: no longer "not listed yet"
 		}
 	case found && bound == "":
 		set = append(set, metaStore, m.Store) // the first sync with this remote
@@ -437,7 +441,7 @@ func (s *syncRun) bind(ctx context.Context) error {
 		set = append(set, metaStoreClaim, claim)
 	case found:
 		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s: the app may be signed in to another account or pointed at another folder. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound)}
-	case bound != "" && claim != "" && racedWith(claim, s.cursor, 2*e.cfg.ListOverlap):
+	case bound != "" && claim != "" && !strings.HasPrefix(claim, claimSeen) && racedWith(claim, s.cursor, 2*e.cfg.ListOverlap):
 		// We created the marker moments ago; the remote does not list
 		// it yet.
 		m = marker{Store: bound}
@@ -473,10 +477,13 @@ func (s *syncRun) bind(ctx context.Context) error {
 	return s.setMetas(ctx, set...)
 }
 
+// claimSeen prefixes the claim once this device has read its marker back.
+const claimSeen = "seen "
+
 // racedWith reports whether a marker created at other could have been
 // created by another device without either seeing the other's.
 func racedWith(claim string, other time.Time, overlap time.Duration) bool {
-	at, err := time.Parse(time.RFC3339Nano, claim)
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(claim, claimSeen))
 	d := other.Sub(at)
 	return err == nil && d < overlap && d > -overlap
 }

@@ -49,6 +49,11 @@ const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON]
   purge ID            physically delete a note
   list                list notes that are not deleted
   sync                sync with the remote folder or Google Drive
+  snapshot            sync, then write a snapshot and delete old files
+  join                merge with the store the remote holds (after a
+                      "not the store" error: another account or folder)
+  fresh               upload this database as a new store (after a
+                      "not the store" error: the remote was emptied)
   signin              (-drive) sign in to Google again
   signout             (-drive) delete the saved Google sign-in
 notes demo            two devices syncing through a temp folder
@@ -100,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return errors.New("-drive and -remote are exclusive: sync through Google Drive or through a shared folder, not both")
 	}
 	cmd, args := flags.Arg(0), flags.Args()[min(1, flags.NArg()):]
-	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "demo": 0, "signin": 0, "signout": 0}
+	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "snapshot": 0, "join": 0, "fresh": 0, "demo": 0, "signin": 0, "signout": 0}
 	n, ok := want[cmd]
 	switch {
 	case cmd == "":
@@ -150,9 +155,26 @@ func run(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "%s  %s  %s\n", n.ID, n.UpdatedAt, n.Text)
 		}
 		return err
+	case "snapshot":
+		r, err := a.engine.Snapshot(ctx)
+		printReport(stdout, r)
+		return driveHelp(err)
+	case "join":
+		if err := a.engine.JoinRemote(ctx); err != nil {
+			return driveHelp(err)
+		}
+		fmt.Fprintln(stdout, "joined the remote's store: the next sync merges it with this database")
+		return nil
+	case "fresh":
+		r, err := a.engine.StartFresh(ctx)
+		printReport(stdout, r)
+		return driveHelp(err)
 	default: // sync
 		r, err := a.engine.Sync(ctx)
 		printReport(stdout, r)
+		if errors.Is(err, drivesync.ErrRemoteChanged) {
+			return fmt.Errorf("%w\n(run \"notes join\" to merge with the remote's store, or \"notes fresh\" if the remote was emptied)", err)
+		}
 		return driveHelp(err)
 	}
 }
@@ -329,6 +351,12 @@ func printReport(w io.Writer, r drivesync.Report) {
 	}
 	if r.Uploaded != "" {
 		fmt.Fprintln(w, "uploaded", r.Uploaded)
+	}
+	if r.Snapshot != "" {
+		fmt.Fprintln(w, "wrote snapshot", r.Snapshot)
+	}
+	if r.Deleted > 0 {
+		fmt.Fprintf(w, "deleted %s older than the retention\n", plural(r.Deleted, "old file"))
 	}
 	for _, f := range r.Rejected {
 		fmt.Fprintf(w, "rejected %s: %v\n", f.Name, f.Err)

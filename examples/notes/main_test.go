@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,6 +155,48 @@ func TestErrors(t *testing.T) {
 		err := run(tt.args, &out, &errOut)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestEmptiedRemote: a remote folder that was emptied stops sync with a
+// message naming the choices; "fresh" uploads the notes again, "join"
+// brings a second device along, and a snapshot starts a third.
+func TestEmptiedRemote(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	dir, remote := t.TempDir(), t.TempDir()
+	a := cli{t, filepath.Join(dir, "a.db"), []string{"-remote", remote}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-remote", remote}}
+	a.run("add", "kept note")
+	a.run("sync")
+	b.run("sync")
+	a.run("sync") // a has read its store's marker back
+	entries, err := os.ReadDir(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(remote, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if msg := a.fail("sync"); !strings.Contains(msg, "notes fresh") {
+		t.Fatalf("sync of an emptied remote: %s", msg)
+	}
+	if got := a.run("fresh"); !strings.Contains(got, "wrote snapshot") {
+		t.Fatalf("fresh: %q", got)
+	}
+	if msg := b.fail("sync"); !strings.Contains(msg, "notes join") {
+		t.Fatalf("b's sync: %s", msg)
+	}
+	b.run("join")
+	b.run("sync")
+	c := cli{t, filepath.Join(dir, "c.db"), []string{"-remote", remote}}
+	c.run("sync")
+	for _, d := range []cli{a, b, c} {
+		if list := d.run("list"); !strings.Contains(list, "kept note") {
+			t.Errorf("%s lists %q", d.db, list)
 		}
 	}
 }
