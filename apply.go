@@ -295,9 +295,16 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 			}
 		}
 	}
-	for name := range s.known {
+	// A snapshot names the applied files it holds, and compaction
+	// deletes only those: an applied file is remembered until a full
+	// listing shows it gone (here, or when a snapshot is written).
+	for name, k := range s.known {
 		_, at, _, ok := parseFileName(name)
-		if !s.listed[name] && (!ok || at.Before(s.since)) {
+		before := s.since
+		if k.status == "applied" && !s.since.IsZero() {
+			continue
+		}
+		if !s.listed[name] && (!ok || before.IsZero() || at.Before(before)) {
 			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
 				return err
 			}

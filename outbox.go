@@ -124,6 +124,15 @@ func (s *syncRun) recoverOutbox(ctx context.Context) error {
 	if err != nil {
 		return &Error{Op: "recover upload", Err: err}
 	}
+	if at, _, _ := parsePatchName(name); at.Before(s.cursor.Add(-e.cfg.ListOverlap / 4)) {
+		// Published this late under its old name, the file could be
+		// taken as held by a snapshot written since, or compacted as
+		// old. Publish it under a fresh name; if the old one made it
+		// to the remote after all, applying it twice is harmless.
+		if name, err = s.renameOutbox(ctx, name); err != nil {
+			return err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		err = e.cfg.Remote.Create(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
 		if errors.Is(err, fs.ErrExist) {

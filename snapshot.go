@@ -31,7 +31,10 @@ import (
 // header the time its writer listed the remote ("covers": every patch file
 // named more than two ListOverlaps before it is in the snapshot), the
 // cutoff below which compaction may delete patch files, and the names of
-// the files its writer rejected (never deleted: a newer app may read them).
+// the names of the patch and merge files it holds. Only those are skipped
+// by a device starting from it and deleted by compaction: names carry the
+// clocks of the devices that wrote them, which may disagree, so a name's
+// time alone never decides that a snapshot holds a file.
 //
 // The first device to sync in a month (by the remote's clock) writes one.
 // Compaction runs once that snapshot is older than ListOverlap, so that
@@ -61,9 +64,15 @@ const stateFormat = 1
 // merge file (Config.MaxSnapshotSize).
 const DefaultMaxSnapshotSize = 16 << 30
 
-// defaultRetention is seed 000's: patch files are kept for two months
-// before the snapshot that replaces them.
-func defaultRetention(at time.Time) time.Time { return at.AddDate(0, -2, 0) }
+// retained returns the oldest name time a snapshot at "at" keeps patch
+// files for: Config.Retention before it, by default two months (seed
+// 000).
+func (e *Engine) retained(at time.Time) time.Time {
+	if e.cfg.Retention > 0 {
+		return at.Add(-e.cfg.Retention)
+	}
+	return at.AddDate(0, -2, 0)
+}
 
 // stateHeader is the header of a snapshot or merge file.
 type stateHeader struct {
@@ -71,14 +80,7 @@ type stateHeader struct {
 	store    string
 	covers   time.Time // the writer's listing time: older files are in it
 	cutoff   time.Time // snapshots: compaction may delete patch files named before it
-	rejected []string  // snapshots: files the writer did not apply, never deleted
-}
-
-// coveredBefore is the name time below which a patch file is surely in a
-// state file whose writer listed the remote at covers: such a file was
-// visible to that listing.
-func (e *Engine) coveredBefore(covers time.Time) time.Time {
-	return covers.Add(-2 * e.cfg.ListOverlap)
+	included []string  // snapshots: the patch and merge files the state holds
 }
 
 // writeStateFile streams every record of sync_states into w, gzipped.
@@ -98,8 +100,8 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 	if !h.cutoff.IsZero() {
 		b = append(b, `,"cutoff":`...)
 		b = jsonv.AppendString(b, h.cutoff.UTC().Format(time.RFC3339Nano))
-		b = append(b, `,"rejected":[`...)
-		for i, name := range h.rejected {
+		b = append(b, `,"included":[`...)
+		for i, name := range h.included {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -232,9 +234,9 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 			} else {
 				h.cutoff = at
 			}
-		case "rejected":
-			if err := dec.Decode(&h.rejected); err != nil {
-				return h, fmt.Errorf("rejected: %w", err)
+		case "included":
+			if err := dec.Decode(&h.included); err != nil {
+				return h, fmt.Errorf("included: %w", err)
 			}
 		case "records":
 			if format == 0 || h.device == "" || h.store == "" || h.covers.IsZero() {
@@ -596,14 +598,12 @@ func (s *syncRun) loadSnapshot(ctx context.Context, snaps []RemoteFile) error {
 			continue // rejected, or deleted since the listing: try an older one
 		}
 		s.snapshot = d
-		skip := map[string]bool{}
-		for _, name := range h.rejected {
-			skip[name] = true
+		held := map[string]bool{}
+		for _, name := range h.included {
+			held[name] = true
 		}
-		before := s.e.coveredBefore(h.covers)
 		s.download = slices.DeleteFunc(s.download, func(x *downloaded) bool {
-			_, at, _, _ := parseFileName(x.name)
-			if x.spool != nil || skip[x.name] || !at.Before(before) {
+			if x.spool != nil || !held[x.name] {
 				return false
 			}
 			s.covered = append(s.covered, x)
@@ -732,24 +732,14 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 	}
 	h := stateHeader{device: e.deviceID, store: s.store, covers: s.cursor}
 	if kind == kindSnapshot {
-		h.cutoff = defaultRetention(s.cursor)
-		if e.cfg.Retention > 0 {
-			h.cutoff = s.cursor.Add(-e.cfg.Retention)
+		h.cutoff = e.retained(s.cursor)
+		if b := s.cursor.Add(-2 * e.cfg.ListOverlap); b.Before(h.cutoff) {
+			h.cutoff = b // files a little older may still be arriving
 		}
-		if b := e.coveredBefore(s.cursor); b.Before(h.cutoff) {
-			h.cutoff = b
+		var err error
+		if h.included, err = s.heldFiles(ctx); err != nil {
+			return "", err
 		}
-		rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_files WHERE status = 'rejected' ORDER BY name`)
-		if err != nil {
-			return "", &Error{Op: op, Err: err}
-		}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err == nil {
-				h.rejected = append(h.rejected, name)
-			}
-		}
-		rows.Close()
 	}
 	f, err := os.CreateTemp(e.cfg.TempDir, "drivesync-"+op+"-*")
 	if err != nil {
@@ -790,6 +780,44 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 	}
 }
 
+// heldFiles returns the patch and merge files on the remote that this
+// device applied, and forgets applied files the remote no longer has.
+func (s *syncRun) heldFiles(ctx context.Context) ([]string, error) {
+	files, err := s.e.cfg.Remote.List(ctx, time.Time{})
+	if err != nil {
+		return nil, remoteErr("snapshot", "", err)
+	}
+	present := map[string]bool{}
+	for _, f := range files {
+		present[f.Name] = true
+	}
+	rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_files WHERE status = 'applied' ORDER BY name`)
+	if err != nil {
+		return nil, &Error{Op: "snapshot", Err: err}
+	}
+	var held, gone []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return nil, &Error{Op: "snapshot", Err: err}
+		}
+		switch k, _, _, _ := parseFileName(name); {
+		case !present[name]:
+			gone = append(gone, name)
+		case k == kindPatch || k == kindMerge:
+			held = append(held, name)
+		}
+	}
+	rows.Close()
+	for _, name := range gone {
+		if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
+			return nil, &Error{Op: "snapshot", Err: err}
+		}
+	}
+	return held, nil
+}
+
 // compact deletes what the newest snapshot older than ListOverlap
 // replaces, and returns its name ("" if there is none yet). A failed
 // delete is logged and left for the next compaction.
@@ -823,16 +851,16 @@ func (s *syncRun) compact(ctx context.Context) (string, error) {
 		}
 		return "", err
 	}
-	keep := map[string]bool{}
-	for _, name := range h.rejected {
-		keep[name] = true
+	held := map[string]bool{}
+	for _, name := range h.included {
+		held[name] = true
 	}
 	for _, f := range files {
 		kind, at, _, ok := parseFileName(f.Name)
-		if !ok || keep[f.Name] {
+		if !ok {
 			continue
 		}
-		old := (kind == kindSnapshot && at.Before(authorityAt)) || (kind != kindSnapshot && at.Before(h.cutoff))
+		old := (kind == kindSnapshot && at.Before(authorityAt)) || (held[f.Name] && at.Before(h.cutoff))
 		if !old {
 			continue
 		}

@@ -263,7 +263,9 @@ func (s *syncRun) list(ctx context.Context) error {
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	s.bootstrap = s.emptyState(ctx)
+	// A device that never synced starts from a snapshot; one that synced
+	// while the store was empty reads snapshots as any other device.
+	s.bootstrap = cur == "" && s.emptyState(ctx)
 	s.since = time.Time{}
 	if cur != "" && !s.bootstrap {
 		if prev, err := time.Parse(time.RFC3339Nano, cur); err == nil {
