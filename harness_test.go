@@ -34,6 +34,17 @@ import (
 // write was made by a device that had seen the previous value holds that
 // write's value.
 //
+// The schedules also compact: a device calls Engine.Snapshot (crashing at
+// a sync step, after uploading the snapshot, or in the middle of
+// compaction's deletes), the shared remote clock jumps ahead by minutes to
+// days or into the next month (so that snapshots grow older than
+// ListOverlap, patch files older than the short Retention every device
+// uses, and the monthly snapshot falls due), brand-new devices join
+// mid-schedule (some with rows of their own) and bootstrap from the
+// newest snapshot, and a device stays offline with pending writes (some
+// held in its outbox) across two compactions before it syncs again.
+// After quiescence one more new device joins and must match the others.
+//
 // A failing schedule prints a rapid seed; replay it with
 //
 //	go test -run 'TestSchedules/<subtest>' -rapid.seed=<seed> .
@@ -41,14 +52,17 @@ import (
 var (
 	schedules      = flag.Int("schedules", 0, "randomized schedules for TestSchedules (0: 2000, or 200 with -race)")
 	driveSchedules = flag.Int("drive-schedules", 0, "randomized schedules for TestSchedulesOverDrive (0: 200, or 100 with -race)")
+	maxSkew        = flag.Duration("max-skew", 2*time.Hour, "how far a device's clock may be off in the schedules whose devices' clocks disagree")
 )
 
 // counters count, across a run, each injected fault and crash point.
 var counters sync.Map // string -> *atomic.Int64
 
-func count(kind string) {
+func count(kind string) { countN(kind, 1) }
+
+func countN(kind string, n int) {
 	c, _ := counters.LoadOrStore(kind, new(atomic.Int64))
-	c.(*atomic.Int64).Add(1)
+	c.(*atomic.Int64).Add(int64(n))
 }
 
 func TestMain(m *testing.M) {
@@ -104,6 +118,13 @@ type harnessRemote struct {
 	base   Remote // the shared MemoryRemote, or this device's DriveRemote
 	device string
 	skew   time.Duration
+	// crashAt, during one sync, names a remote crash point: the process
+	// dies right after storing a snapshot ("snapshot uploaded"), or right
+	// after compaction deleted a file ("compacting").
+	crashAt string
+	// failPatches makes every patch upload fail before storing it, so
+	// that the sync leaves its file in the outbox.
+	failPatches bool
 }
 
 type world struct {
@@ -113,11 +134,46 @@ type world struct {
 	mu     sync.Mutex
 	faults bool
 	folder bool // devices' clocks disagree; List ignores since
-	// hidden[device][name] is how many more listings the file stays
-	// invisible to that device.
-	hidden map[string]map[string]int
+	// hidden[device][name]: the file stays invisible to that device's
+	// next few listings, within maxLag of its creation.
+	hidden map[string]map[string]hiddenFile
 	devs   []string
+	// The remote clock: start, plus the jumps ahead (offset, in
+	// nanoseconds), plus the time elapsed since the schedule began. Over
+	// a MemoryRemote that is a millisecond per reading (ticks), so that
+	// a replayed schedule names its files the same; the DriveRemote
+	// estimates Drive's clock from the real one, so over Drive it is the
+	// real time elapsed.
+	start     time.Time
+	began     time.Time
+	virtual   bool
+	ticks     atomic.Int64
+	offset    atomic.Int64
+	retention time.Duration // every device's Config.Retention
 }
+
+// hiddenFile is a file a device's listings miss for a while.
+type hiddenFile struct {
+	listings int
+	created  time.Time // by the remote clock
+}
+
+// maxLag bounds how long a listing lags a new file, by the remote clock.
+// The engine's ListOverlap (the default, 15 minutes) assumes listings lag
+// less than it; with the clock jumping ahead, a lag counted in listings
+// alone could last days.
+const maxLag = DefaultListOverlap / 2
+
+// now is the remote's clock (the MemoryRemote's and the fake Drive's).
+func (w *world) now() time.Time {
+	elapsed := time.Since(w.began)
+	if w.virtual {
+		elapsed = time.Duration(w.ticks.Add(1)) * time.Millisecond
+	}
+	return w.start.Add(time.Duration(w.offset.Load()) + elapsed)
+}
+
+func (w *world) advance(d time.Duration) { w.offset.Add(int64(d)) }
 
 func (w *world) roll(kind string, p float64) bool {
 	w.mu.Lock()
@@ -142,15 +198,23 @@ func (r *harnessRemote) List(ctx context.Context, since time.Time) ([]RemoteFile
 	if err != nil {
 		return nil, err
 	}
+	// In name order before the faults draw from the generator: the
+	// MemoryRemote lists in map order, which a replay would not repeat.
+	slices.SortFunc(files, func(a, b RemoteFile) int { return strings.Compare(a.Name, b.Name) })
 	w := r.w
+	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []RemoteFile
 	for _, f := range files {
-		if k := w.hidden[r.device][f.Name]; k > 0 {
-			w.hidden[r.device][f.Name] = k - 1
-			count("fault listing lags")
-			continue
+		if h, ok := w.hidden[r.device][f.Name]; ok {
+			if h.listings > 0 && now.Sub(h.created) < maxLag {
+				h.listings--
+				w.hidden[r.device][f.Name] = h
+				count("fault listing lags")
+				continue
+			}
+			delete(w.hidden[r.device], f.Name)
 		}
 		out = append(out, f)
 		if w.faults && w.rng.Float64() < 0.05 {
@@ -173,37 +237,55 @@ func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, e
 }
 
 func (r *harnessRemote) Create(ctx context.Context, name string, content io.Reader) error {
+	if r.failPatches && strings.Contains(name, "/patch_") {
+		count("fault upload held in outbox")
+		return errFault
+	}
 	if r.w.roll("create fails before", 0.05) {
 		return errFault
 	}
 	if err := r.base.Create(ctx, name, content); err != nil {
 		return err
 	}
+	if strings.Contains(name, "/snapshot_") {
+		r.crash("snapshot uploaded")
+	}
 	if r.w.roll("create fails after", 0.05) {
 		return errFault // stored, but the device hears a failure
 	}
 	w := r.w
+	created := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, d := range w.devs {
 		if d != r.device && w.faults && w.rng.Float64() < 0.3 {
-			w.hidden[d][name] = 1 + w.rng.IntN(3)
+			w.hidden[d][name] = hiddenFile{listings: 1 + w.rng.IntN(3), created: created}
 		}
 	}
 	return nil
 }
 
 func (r *harnessRemote) Delete(ctx context.Context, name string) error {
-	if r.w.roll("delete fails before", 0.05) {
+	if r.w.roll("delete fails before", 0.1) {
 		return errFault
 	}
 	if err := r.base.Delete(ctx, name); err != nil {
 		return err
 	}
-	if r.w.roll("delete fails after", 0.05) {
+	r.crash("compacting")
+	if r.w.roll("delete fails after", 0.1) {
 		return errFault
 	}
 	return nil
+}
+
+// crash dies at a remote crash point if this sync is to die there.
+func (r *harnessRemote) crash(point string) {
+	if r.crashAt == point {
+		r.crashAt = ""
+		count("crash at " + point)
+		panic(errCrash{point})
+	}
 }
 
 func (r *harnessRemote) Now(ctx context.Context) (time.Time, error) {
@@ -213,13 +295,14 @@ func (r *harnessRemote) Now(ctx context.Context) (time.Time, error) {
 
 // hdevice is one simulated device of a schedule.
 type hdevice struct {
-	name string
-	path string
-	db   *sql.DB
-	eng  *Engine
-	cfg  Config
-	seq  int
-	seen map[string]bool // every value that has appeared in this device's rows
+	name   string
+	path   string
+	db     *sql.DB
+	eng    *Engine
+	cfg    Config
+	remote *harnessRemote
+	seq    int
+	seen   map[string]bool // every value that has appeared in this device's rows
 }
 
 // observe adds the values in the device's rows to what it has seen.
@@ -235,6 +318,12 @@ func (d *hdevice) observe(rt *rapid.T) {
 }
 
 func (d *hdevice) open(rt *rapid.T) {
+	d.openDB(rt)
+	d.openEngine(rt)
+}
+
+// openDB opens the app's database, without the engine.
+func (d *hdevice) openDB(rt *rapid.T) {
 	db, err := sql.Open("sqlite", testDSN(d.path))
 	if err != nil {
 		rt.Fatal(err)
@@ -242,11 +331,15 @@ func (d *hdevice) open(rt *rapid.T) {
 	if _, err := db.Exec(notesSchema); err != nil {
 		rt.Fatal(err)
 	}
-	eng, err := Open(context.Background(), db, d.cfg)
+	d.db = db
+}
+
+func (d *hdevice) openEngine(rt *rapid.T) {
+	eng, err := Open(context.Background(), d.db, d.cfg)
 	if err != nil {
 		rt.Fatalf("%s: Open: %v", d.name, err)
 	}
-	d.db, d.eng = db, eng
+	d.eng = eng
 }
 
 // crash abandons the engine and the database as a dying process would,
@@ -269,9 +362,22 @@ var driveFaults = []drivefake.Fault{
 
 var harnessPoints = []string{"fetched", "planned", "uploaded", "applied", "committed"}
 
+// snapshotPoints adds, to a sync's crash points, the remote ones of the
+// snapshot it writes and of the compaction after it.
+var snapshotPoints = append(slices.Clip(harnessPoints), "snapshot uploaded", "compacting")
+
 // sync runs one sync, possibly crashing at a point or letting the app
 // write at one. Errors are expected while faults are on.
 func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error {
+	_, err := d.run(rt, false, crashAt, writeAt, write)
+	return err
+}
+
+// run runs one Sync, or with snapshot one Engine.Snapshot, possibly
+// crashing at a point (a sync step or a remote crash point) or letting
+// the app write at a sync step, and counts what it did. Errors are
+// expected while faults are on.
+func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write func()) (Report, error) {
 	d.eng.testHook = func(p string) error {
 		if p == writeAt {
 			count("write during sync at " + p)
@@ -283,8 +389,17 @@ func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error
 		}
 		return nil
 	}
-	defer func() { d.eng.testHook = nil }()
+	d.remote.crashAt = crashAt
+	defer func() { d.eng.testHook, d.remote.crashAt = nil, "" }()
+	if snapshot {
+		count("Snapshot calls")
+	}
+	var fresh bool // no synced state yet: the sync bootstraps
+	if err := d.db.QueryRow(`SELECT NOT EXISTS (SELECT 1 FROM sync_states)`).Scan(&fresh); err != nil {
+		rt.Fatal(err)
+	}
 	crashed := false
+	var r Report
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -294,19 +409,58 @@ func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error
 				crashed = true
 			}
 		}()
-		_, err = d.eng.Sync(context.Background())
+		if snapshot {
+			r, err = d.eng.Snapshot(context.Background())
+		} else {
+			r, err = d.eng.Sync(context.Background())
+		}
 		return err
 	}()
+	op := "sync"
+	if snapshot {
+		op = "Snapshot"
+	}
+	if writeAt != "" {
+		op += ", write at " + writeAt
+	}
+	at := d.remote.w.now().Format("01-02T15:04")
 	if crashed {
+		rt.Logf("%s %s: %s, crashed at %s", at, d.name, op, crashAt)
 		d.crash(rt)
 		d.observe(rt)
-		return nil
+		return Report{}, nil
 	}
+	rt.Logf("%s %s: %s -> downloaded %v, uploaded %q, recovered %q, snapshot %q, deleted %d, err %v",
+		at, d.name, op, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, err)
 	d.observe(rt)
+	countReport(r, snapshot, fresh)
 	if err != nil && !errors.Is(err, errFault) && !errors.Is(err, ErrRemote) {
 		rt.Fatalf("%s: sync failed with an error that is not an injected fault: %v", d.name, err)
 	}
-	return err
+	return r, err
+}
+
+// countReport counts the snapshots and compactions a sync did.
+func countReport(r Report, snapshot, fresh bool) {
+	switch {
+	case r.Snapshot != "" && snapshot:
+		count("snapshot written by Snapshot")
+	case r.Snapshot != "":
+		count("snapshot written monthly")
+	}
+	if r.Deleted > 0 {
+		count("compactions that deleted")
+		countN("files compacted away", r.Deleted)
+	}
+	for _, name := range r.Downloaded {
+		switch {
+		case !strings.Contains(name, "/snapshot_"):
+		case fresh:
+			count("snapshot bootstrapped new device")
+		default:
+			count("snapshot loaded to catch up")
+		}
+	}
 }
 
 // model records, per record and member path, every write, to find lost
@@ -403,79 +557,140 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	w := &world{
 		mem:    NewMemoryRemote(),
 		rng:    rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)),
-		hidden: map[string]map[string]int{},
+		hidden: map[string]map[string]hiddenFile{},
 	}
+	// The remote clock starts within a month of a month's end, and every
+	// device compacts with a retention of hours.
+	monthEnd := time.Date(2026, time.Month(rapid.IntRange(1, 12).Draw(rt, "month")+1), 1, 0, 0, 0, 0, time.UTC)
+	w.start = monthEnd.Add(-time.Duration(rapid.IntRange(1, 30*24).Draw(rt, "hoursToMonthEnd")) * time.Hour)
+	w.began, w.virtual = time.Now(), !overDrive
+	w.mem.SetClock(w.now)
+	w.retention = time.Duration(rapid.IntRange(1, 24).Draw(rt, "retentionHours")) * time.Hour
+	rt.Logf("remote clock starts at %v; retention %v", w.start.Format(time.RFC3339), w.retention)
 	if overDrive {
 		count("schedules over Drive")
 		w.drive = drivefake.New(t) // Drive's clock is shared: no skew
+		w.drive.SetClock(w.now)
 	} else {
 		w.folder = rapid.Bool().Draw(rt, "folder")
 	}
-	ndev := rapid.IntRange(2, 5).Draw(rt, "devices")
-	devs := make([]*hdevice, ndev)
-	for i := range devs {
-		name := fmt.Sprintf("dev-%d", i)
+	var devs []*hdevice
+	defer func() {
+		for _, d := range devs {
+			if d.db != nil {
+				d.db.Close()
+			}
+		}
+	}()
+	// addDevice adds a device that has not opened its database yet.
+	addDevice := func() *hdevice {
+		name := fmt.Sprintf("dev-%d", len(devs))
+		w.mu.Lock()
 		w.devs = append(w.devs, name)
-		w.hidden[name] = map[string]int{}
+		w.hidden[name] = map[string]hiddenFile{}
+		w.mu.Unlock()
 		var skew time.Duration
 		if w.folder {
-			skew = time.Duration(rapid.IntRange(-120, 120).Draw(rt, "skew")) * time.Minute
+			m := int(maxSkew.Minutes())
+			skew = time.Duration(rapid.IntRange(-m, m).Draw(rt, "skew")) * time.Minute
 			if skew != 0 {
 				count("fault clock skew")
+				rt.Logf("%s: clock off by %v", name, skew)
 			}
 		}
 		var base Remote = w.mem
 		if overDrive {
 			ctx := context.Background()
-			dr, err := NewDriveRemote(ctx, w.drive.Service(ctx, t), DriveOptions{MinSleep: time.Millisecond, MaxSleep: 4 * time.Millisecond, MaxAttempts: 4})
+			// A device that joins mid-schedule may meet the HTTP faults
+			// queued for the others: it tries again, as an app would.
+			var dr *DriveRemote
+			var err error
+			for range 10 {
+				if dr, err = NewDriveRemote(ctx, w.drive.Service(ctx, t), DriveOptions{MinSleep: time.Millisecond, MaxSleep: 4 * time.Millisecond, MaxAttempts: 4}); err == nil {
+					break
+				}
+			}
 			if err != nil {
 				rt.Fatal(err)
 			}
 			base = dr
 		}
-		devs[i] = &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
-		devs[i].cfg = Config{Remote: &harnessRemote{w: w, base: base, device: name, skew: skew}, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir}
-		devs[i].open(rt)
+		d := &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
+		d.remote = &harnessRemote{w: w, base: base, device: name, skew: skew}
+		d.cfg = Config{Remote: d.remote, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir, Retention: w.retention}
+		devs = append(devs, d)
+		return d
 	}
-	defer func() {
-		for _, d := range devs {
-			d.db.Close()
-		}
-	}()
+	for range rapid.IntRange(2, 5).Draw(rt, "devices") {
+		addDevice().open(rt)
+	}
 	m := &model{hist: map[string]map[string][]modelWrite{}}
 	w.faults = true
+	// A device goes offline across two compactions in about a quarter of
+	// the schedules (it takes several syncs), and at most two devices
+	// join mid-schedule.
+	joined, offlineDone := 0, rapid.IntRange(0, 2).Draw(rt, "offlineSchedule") != 0
 	steps := rapid.IntRange(5, 40).Draw(rt, "steps")
 	for i := range steps {
-		d := devs[rapid.IntRange(0, ndev-1).Draw(rt, "device")]
+		d := devs[rapid.IntRange(0, len(devs)-1).Draw(rt, "device")]
 		label := fmt.Sprint(i)
 		if w.drive != nil && w.rng.Float64() < 0.3 {
 			w.drive.Fail(driveFaults[w.rng.IntN(len(driveFaults))])
 			count("fault drive http")
 		}
-		switch rapid.IntRange(0, 9).Draw(rt, "action") {
+		switch rapid.IntRange(0, 15).Draw(rt, "action") {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
 		case 4, 5:
-			rt.Logf("%s: sync -> %v", d.name, d.sync(rt, "", "", nil))
+			d.sync(rt, "", "", nil)
 		case 6, 7:
 			p := rapid.SampledFrom(harnessPoints).Draw(rt, "crash")
-			rt.Logf("%s: sync, crash at %s -> %v", d.name, p, d.sync(rt, p, "", nil))
+			d.sync(rt, p, "", nil)
 		case 8:
 			// Before the transaction: inside it, the engine holds the
 			// write lock and this goroutine would wait on itself.
 			// Concurrent writers are TestConcurrentWritersDuringSync's.
 			p := rapid.SampledFrom(harnessPoints[:3]).Draw(rt, "writeAt")
-			rt.Logf("%s: sync, write at %s -> %v", d.name, p, d.sync(rt, "", p, func() { m.write(rt, d, label+"w") }))
+			d.sync(rt, "", p, func() { m.write(rt, d, label+"w") })
 		case 9:
 			// A file delivered again after it was applied: the device
-			// forgets having applied one.
-			res, err := d.db.Exec(`DELETE FROM sync_files WHERE name IN (SELECT name FROM sync_files ORDER BY random() LIMIT 1)`)
-			if err != nil {
+			// forgets having applied one (chosen by the schedule's
+			// generator, so that a replay forgets the same).
+			var k int
+			if err := d.db.QueryRow(`SELECT count(*) FROM sync_files`).Scan(&k); err != nil {
 				rt.Fatal(err)
 			}
-			if k, _ := res.RowsAffected(); k > 0 {
+			if k > 0 {
+				if _, err := d.db.Exec(`DELETE FROM sync_files WHERE name = (SELECT name FROM sync_files ORDER BY name LIMIT 1 OFFSET ?)`, w.rng.IntN(k)); err != nil {
+					rt.Fatal(err)
+				}
 				count("fault file delivered again")
 			}
+		case 10, 11:
+			var crashAt, writeAt string
+			switch rapid.IntRange(0, 3).Draw(rt, "snapshotMode") {
+			case 1:
+				crashAt = rapid.SampledFrom(snapshotPoints).Draw(rt, "crash")
+			case 2:
+				writeAt = rapid.SampledFrom(harnessPoints[:3]).Draw(rt, "writeAt")
+			}
+			d.run(rt, true, crashAt, writeAt, func() { m.write(rt, d, label+"w") })
+		case 12, 13:
+			advanceClock(rt, w)
+		case 14:
+			if joined == 2 {
+				m.write(rt, d, label)
+				break
+			}
+			joined++
+			joinDevice(rt, m, addDevice(), label)
+		case 15:
+			if offlineDone {
+				d.sync(rt, "", "", nil)
+				break
+			}
+			offlineDone = true
+			offlineAcrossCompactions(rt, w, m, devs, d, label)
 		}
 	}
 	// Quiescence: no faults, every file visible, sync until nothing moves.
@@ -489,7 +704,116 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	}
 	w.mu.Unlock()
 	quiesce(rt, devs)
+	// One more device joins now: it starts from the newest snapshot and
+	// the files after it, and must hold exactly what the others hold.
+	late := addDevice()
+	late.open(rt)
+	rt.Logf("%s: joins after quiescence", late.name)
+	r, err := late.run(rt, false, "", "", nil)
+	if err != nil || r.Uploaded != "" || len(r.Rejected) > 0 {
+		rt.Fatalf("%s: joining after quiescence: %+v, %v", late.name, r, err)
+	}
 	checkConverged(rt, devs, m)
+}
+
+// advanceClock moves the remote's clock ahead: within the list overlap,
+// past it, past the retention, by days, or into the next month.
+func advanceClock(rt *rapid.T, w *world) {
+	minutes := func(lo, hi int) time.Duration {
+		return time.Duration(rapid.IntRange(lo, hi).Draw(rt, "minutes")) * time.Minute
+	}
+	before := w.now()
+	var d time.Duration
+	switch rapid.IntRange(0, 4).Draw(rt, "advance") {
+	case 0:
+		d = minutes(1, 14)
+		count("clock ahead minutes")
+	case 1:
+		d = minutes(15, 180)
+		count("clock ahead hours")
+	case 2:
+		d = minutes(3*60, 48*60)
+		count("clock ahead hours to days")
+	case 3:
+		d = minutes(2*24*60, 12*24*60)
+		count("clock ahead days")
+	case 4:
+		y, mo, _ := before.Date()
+		d = time.Date(y, mo+1, 1, 0, 0, 0, 0, time.UTC).Add(minutes(0, 90)).Sub(before)
+		count("clock ahead to next month")
+	}
+	w.advance(d)
+	after := w.now()
+	if after.Month() != before.Month() {
+		count("clock crossed a month")
+	}
+	rt.Logf("clock +%v: %v", d, after.Format(time.RFC3339))
+}
+
+// joinDevice opens a brand-new device mid-schedule, sometimes with rows
+// of its own written before the engine first opened the database, and
+// syncs it: it bootstraps from the newest snapshot, if there is one.
+func joinDevice(rt *rapid.T, m *model, d *hdevice, label string) {
+	count("devices joined")
+	d.openDB(rt)
+	own := rapid.IntRange(0, 2).Draw(rt, "ownRows")
+	for j := range own {
+		m.write(rt, d, fmt.Sprintf("%sj%d", label, j))
+	}
+	if own > 0 {
+		count("devices joined with rows of their own")
+	}
+	d.openEngine(rt)
+	crashAt := ""
+	if rapid.IntRange(0, 3).Draw(rt, "joinCrash") == 0 {
+		crashAt = rapid.SampledFrom(snapshotPoints).Draw(rt, "crash")
+	}
+	rt.Logf("%s: joins with %d rows of its own", d.name, own)
+	d.sync(rt, crashAt, "", nil)
+}
+
+// offlineAcrossCompactions: d writes and goes offline (sometimes with its
+// last upload held in its outbox), two compactions run while the clock
+// passes the retention, and d syncs again: it must load the newest
+// snapshot, and its writes must still reach everyone.
+func offlineAcrossCompactions(rt *rapid.T, w *world, m *model, devs []*hdevice, d *hdevice, label string) {
+	var others []*hdevice
+	for _, o := range devs {
+		if o != d {
+			others = append(others, o)
+		}
+	}
+	count("devices offline across compactions")
+	rt.Logf("%s: goes offline", d.name)
+	for j := range rapid.IntRange(1, 3).Draw(rt, "offlineWrites") {
+		m.write(rt, d, fmt.Sprintf("%so%d", label, j))
+	}
+	if rapid.Bool().Draw(rt, "heldUpload") {
+		d.remote.failPatches = true
+		rt.Logf("%s: its patch uploads fail", d.name)
+		d.sync(rt, "", "", nil)
+		d.remote.failPatches = false
+		for j := range rapid.IntRange(0, 2).Draw(rt, "offlineWrites") {
+			m.write(rt, d, fmt.Sprintf("%sp%d", label, j))
+		}
+	}
+	for round := range 2 {
+		w.advance(w.retention + time.Duration(rapid.IntRange(1, 48).Draw(rt, "hours"))*time.Hour)
+		o := others[rapid.IntRange(0, len(others)-1).Draw(rt, "other")]
+		if rapid.Bool().Draw(rt, "otherWrites") {
+			m.write(rt, o, fmt.Sprintf("%sr%d", label, round))
+		}
+		o.run(rt, true, "", "", nil)
+		// Once that snapshot is older than ListOverlap, a sync of its
+		// writer or anyone's Snapshot compacts with it.
+		w.advance(DefaultListOverlap + time.Duration(rapid.IntRange(1, 120).Draw(rt, "minutes"))*time.Minute)
+		o = others[rapid.IntRange(0, len(others)-1).Draw(rt, "other")]
+		snapshot := rapid.Bool().Draw(rt, "snapshot")
+		crashAt := rapid.SampledFrom([]string{"", "", "compacting", "snapshot uploaded"}).Draw(rt, "crash")
+		o.run(rt, snapshot, crashAt, "", nil)
+	}
+	rt.Logf("%s: back online", d.name)
+	d.sync(rt, "", "", nil)
 }
 
 func quiesce(rt *rapid.T, devs []*hdevice) {
@@ -497,6 +821,7 @@ func quiesce(rt *rapid.T, devs []*hdevice) {
 		moved := false
 		for _, d := range devs {
 			r, err := d.eng.Sync(context.Background())
+			rt.Logf("quiesce: %s: sync -> downloaded %v, uploaded %q, recovered %q, snapshot %q, deleted %d", d.name, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted)
 			if err != nil {
 				rt.Fatalf("%s: sync without faults: %v", d.name, err)
 			}
