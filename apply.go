@@ -269,17 +269,8 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.vanished && len(s.download) > 0 && s.download[0].kind == kindSnapshot {
-		// Files deleted after the listing: the snapshot applied holds
-		// what they held; do not look for them again.
-		for _, d := range s.gone {
-			if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, d.name, d.size); err != nil {
-				return err
-			}
-		}
-	}
-	for _, d := range s.covered { // in the snapshot applied
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, d.name, d.size); err != nil {
+	for name := range s.covers { // held by a snapshot applied
+		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size) VALUES (?1, 'applied', 0) ON CONFLICT (name) DO UPDATE SET status = 'applied'`, name); err != nil {
 			return err
 		}
 	}

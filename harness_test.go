@@ -434,6 +434,9 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		at, d.name, op, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, err)
 	d.observe(rt)
 	countReport(r, snapshot, fresh)
+	if err != nil && strings.Contains(err.Error(), "deleted while this sync ran") {
+		count("sync stopped: a listed file was compacted, no snapshot listed holds it")
+	}
 	if err != nil && !errors.Is(err, errFault) && !errors.Is(err, ErrRemote) {
 		rt.Fatalf("%s: sync failed with an error that is not an injected fault: %v", d.name, err)
 	}

@@ -28,23 +28,27 @@ import (
 // with its clock: a device that starts from it merges later patch files
 // exactly as if it had applied the files the snapshot replaces. It is
 // named with the remote's time when it was written and carries in its
-// header the time its writer listed the remote ("covers": every patch file
-// named more than two ListOverlaps before it is in the snapshot), the
-// cutoff below which compaction may delete patch files, and the names of
-// the names of the patch and merge files it holds. Only those are skipped
-// by a device starting from it and deleted by compaction: names carry the
-// clocks of the devices that wrote them, which may disagree, so a name's
-// time alone never decides that a snapshot holds a file.
+// header the time its writer listed the remote ("covers"), the cutoff
+// below which compaction may delete the files it holds, the names of the
+// patch and merge files it holds ("included") and the names of the older
+// snapshots its writer had checked ("knows").
 //
 // The first device to sync in a month (by the remote's clock) writes one.
 // Compaction runs once that snapshot is older than ListOverlap, so that
-// every device can list it before any file it replaces disappears: it
-// deletes the patch files older than the newest such snapshot's cutoff and
-// the snapshots older than it. A device whose listing may have missed
-// deleted files (its cursor is older than a new snapshot's cutoff, or a
-// file vanished between listing and download) loads the newest snapshot
-// first, merging it into its state; a device with no state at all starts
-// from it. Deletes that fail are retried at the next compaction.
+// every device can list it before any file it replaces disappears. It
+// deletes only what the newest such snapshot (the authority) holds: the
+// files it includes named before its cutoff, and the snapshots it knows.
+// Deletes that fail are retried at the next compaction.
+//
+// A device reads the header of every snapshot it has not seen. If one
+// holds a file or knows a snapshot that the device neither applied nor
+// lists now, compaction deleted something the device never had, and it
+// loads that snapshot first, merging it into its state. Since everything
+// deleted is named by a snapshot still on the remote, or by one that a
+// snapshot still on the remote knows (whose writer had checked it, and so
+// holds what it held), the check is exact: names, not times, decide it,
+// whatever the devices' clocks say and however long a device was away. A
+// device with no state at all starts from the newest snapshot.
 //
 // A merge file has the snapshot format but every device applies it, like a
 // patch file: it is how a device that joins another store (JoinRemote)
@@ -81,6 +85,18 @@ type stateHeader struct {
 	covers   time.Time // the writer's listing time: older files are in it
 	cutoff   time.Time // snapshots: compaction may delete patch files named before it
 	included []string  // snapshots: the patch and merge files the state holds
+	knows    []string  // snapshots: the older snapshots its writer had checked (see chooseSnapshot)
+}
+
+func appendNames(b []byte, names []string) []byte {
+	b = append(b, '[')
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonv.AppendString(b, name)
+	}
+	return append(b, ']')
 }
 
 // writeStateFile streams every record of sync_states into w, gzipped.
@@ -100,14 +116,8 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 	if !h.cutoff.IsZero() {
 		b = append(b, `,"cutoff":`...)
 		b = jsonv.AppendString(b, h.cutoff.UTC().Format(time.RFC3339Nano))
-		b = append(b, `,"included":[`...)
-		for i, name := range h.included {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsonv.AppendString(b, name)
-		}
-		b = append(b, ']')
+		b = appendNames(append(b, `,"included":`...), h.included)
+		b = appendNames(append(b, `,"knows":`...), h.knows)
 	}
 	b = append(b, `,"records":[`...)
 	if _, err := bw.Write(b); err != nil {
@@ -237,6 +247,10 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 		case "included":
 			if err := dec.Decode(&h.included); err != nil {
 				return h, fmt.Errorf("included: %w", err)
+			}
+		case "knows":
+			if err := dec.Decode(&h.knows); err != nil {
+				return h, fmt.Errorf("knows: %w", err)
 			}
 		case "records":
 			if format == 0 || h.device == "" || h.store == "" || h.covers.IsZero() {
@@ -492,14 +506,24 @@ func racedWith(claim string, other time.Time, overlap time.Duration) bool {
 
 // setMetas sets sync_meta key/value pairs in one transaction.
 func (s *syncRun) setMetas(ctx context.Context, kv ...string) error {
+	return s.inTx(ctx, func() error {
+		for i := 0; i < len(kv); i += 2 {
+			if err := setMeta(ctx, s.conn, kv[i], kv[i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// inTx runs fn in a write transaction of its own.
+func (s *syncRun) inTx(ctx context.Context, fn func() error) error {
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	for i := 0; i < len(kv); i += 2 {
-		if err := setMeta(ctx, s.conn, kv[i], kv[i+1]); err != nil {
-			endTx(s.conn)
-			return &Error{Op: "sync", Err: err}
-		}
+	if err := fn(); err != nil {
+		endTx(s.conn)
+		return &Error{Op: "sync", Err: err}
 	}
 	if _, err := s.conn.ExecContext(ctx, "COMMIT"); err != nil {
 		endTx(s.conn)
@@ -508,22 +532,35 @@ func (s *syncRun) setMetas(ctx context.Context, kv ...string) error {
 	return nil
 }
 
-// chooseSnapshot decides whether this sync must start from a snapshot:
-// the device has no state yet, it joins a store, or a snapshot it has not
-// seen allowed deleting files newer than its listing reaches. It then
-// loads the newest snapshot and drops the listed files it covers.
+// chooseSnapshot checks every snapshot this device has not seen before,
+// newest first, and loads those that hold what it lacks. A device with no
+// state, or one joining a store, loads the newest readable one; any device
+// loads a snapshot that holds a file, or knows an older snapshot, that it
+// has neither applied nor listed now. Compaction deletes only files that a
+// snapshot still on the remote holds, and snapshots that such a
+// snapshot's writer had checked (see compact), so a device that finds
+// nothing missing in the new snapshots it lists has lost nothing to
+// compaction, however long it was away and whatever the devices' clocks
+// say.
 func (s *syncRun) chooseSnapshot(ctx context.Context, snaps []RemoteFile) error {
 	slices.SortFunc(snaps, func(a, b RemoteFile) int { return strings.Compare(b.Name, a.Name) }) // newest first
-	need := s.bootstrap || s.joining
+	s.snaps = snaps
+	force := s.bootstrap || s.joining
 	for _, f := range snaps {
 		if _, known := s.known[f.Name]; known {
 			continue
 		}
 		s.newSnaps = append(s.newSnaps, f)
-		if need {
+		if s.covers[f.Name] {
+			continue // a snapshot loaded here knows it: it holds what f holds
+		}
+		if force && len(s.loaded) == 0 {
+			if err := s.loadSnapshot(ctx, f); err != nil {
+				return err
+			}
 			continue
 		}
-		h, err := s.readHeader(ctx, f.Name)
+		h, err := s.header(ctx, f.Name)
 		if err != nil {
 			var re rejection
 			if errors.As(err, &re) {
@@ -532,16 +569,45 @@ func (s *syncRun) chooseSnapshot(ctx context.Context, snaps []RemoteFile) error 
 			}
 			return err
 		}
-		if h.cutoff.After(s.since) {
-			e := s.e
-			e.log.Info("drivesync: files this device has not seen may have been compacted; loading the newest snapshot", "snapshot", f.Name)
-			need = true
+		if name, ok := s.lacks(h); ok {
+			s.e.log.Info("drivesync: a snapshot holds a file this device has not applied and cannot download; loading the snapshot", "snapshot", f.Name, "file", name)
+			if err := s.loadSnapshot(ctx, f); err != nil {
+				return err
+			}
 		}
 	}
-	if !need {
-		return nil
+	return nil
+}
+
+// lacks returns a file or snapshot that h names and this device has
+// neither applied, nor listed in this sync, nor in a snapshot it loads. A
+// file it rejected counts as lacking: the snapshot's writer could read it.
+func (s *syncRun) lacks(h stateHeader) (string, bool) {
+	for _, names := range [][]string{h.included, h.knows} {
+		for _, name := range names {
+			k, known := s.known[name]
+			if s.covers[name] || (known && k.status == "applied") || (!known && s.listed[name]) {
+				continue
+			}
+			return name, true
+		}
 	}
-	return s.loadSnapshot(ctx, snaps)
+	return "", false
+}
+
+// header returns the header of a listed snapshot, reading it once.
+func (s *syncRun) header(ctx context.Context, name string) (stateHeader, error) {
+	if h, ok := s.headers[name]; ok {
+		return h, nil
+	}
+	h, err := s.readHeader(ctx, name)
+	if err == nil {
+		if s.headers == nil {
+			s.headers = map[string]stateHeader{}
+		}
+		s.headers[name] = h
+	}
+	return h, err
 }
 
 // rejection marks an error of a remote file's content (not of the remote).
@@ -581,35 +647,53 @@ func classifyFileErr(err error) error {
 	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
 }
 
-// loadSnapshot spools the newest readable snapshot of snaps (newest
-// first) to be applied before any patch file, and drops the listed files
-// it covers.
-func (s *syncRun) loadSnapshot(ctx context.Context, snaps []RemoteFile) error {
-	if s.snapshot != nil {
-		return nil
+// loadSnapshot spools snapshot f, to be applied before any patch file,
+// and takes what it holds as applied: the listed files it holds are not
+// downloaded. A snapshot that cannot be read, or that was deleted since
+// the listing, is skipped.
+func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
+	d := &downloaded{name: f.Name, size: f.Size, kind: kindSnapshot}
+	h, err := s.fetchStateFile(ctx, d, s.e.cfg.MaxSnapshotSize)
+	if err != nil || d.spool == nil {
+		return err
 	}
-	for _, f := range snaps {
-		d := &downloaded{name: f.Name, size: f.Size, kind: kindSnapshot}
-		h, err := s.fetchStateFile(ctx, d, s.e.cfg.MaxSnapshotSize)
-		if err != nil {
-			return err
-		}
-		if d.spool == nil {
-			continue // rejected, or deleted since the listing: try an older one
-		}
-		s.snapshot = d
-		held := map[string]bool{}
-		for _, name := range h.included {
-			held[name] = true
-		}
-		s.download = slices.DeleteFunc(s.download, func(x *downloaded) bool {
-			if x.spool != nil || !held[x.name] {
-				return false
+	s.loaded = append(s.loaded, d)
+	if s.covers == nil {
+		s.covers = map[string]bool{}
+	}
+	for _, name := range slices.Concat(h.included, h.knows, []string{f.Name}) {
+		s.covers[name] = true
+	}
+	s.download = slices.DeleteFunc(s.download, func(x *downloaded) bool { return x.spool == nil && s.covers[x.name] })
+	return nil
+}
+
+// coverGone makes sure that every listed file deleted before this sync
+// could download it is held by a snapshot the sync applies, loading one
+// that holds it. If none does, the sync stops: the next one lists the
+// remote again, and finds the snapshot that replaced the file.
+func (s *syncRun) coverGone(ctx context.Context) error {
+	for _, d := range s.gone {
+		for _, f := range s.snaps {
+			if s.covers[d.name] {
+				break
 			}
-			s.covered = append(s.covered, x)
-			return true
-		})
-		return nil
+			h, err := s.header(ctx, f.Name)
+			if err != nil {
+				if errors.As(err, new(rejection)) {
+					continue
+				}
+				return err
+			}
+			if slices.Contains(h.included, d.name) {
+				if err := s.loadSnapshot(ctx, f); err != nil {
+					return err
+				}
+			}
+		}
+		if !s.covers[d.name] {
+			return &Error{Op: "download", File: d.name, Err: fmt.Errorf("%w: the file was deleted while this sync ran (another device compacted the remote); sync again", ErrRemote)}
+		}
 	}
 	return nil
 }
@@ -626,7 +710,6 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		if d.kind == kindMerge {
-			s.vanished = true
 			s.gone = append(s.gone, d)
 		}
 		return stateHeader{}, nil
@@ -737,7 +820,7 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 			h.cutoff = b // files a little older may still be arriving
 		}
 		var err error
-		if h.included, err = s.heldFiles(ctx); err != nil {
+		if h.included, h.knows, err = s.heldFiles(ctx); err != nil {
 			return "", err
 		}
 	}
@@ -771,7 +854,14 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 		err := e.cfg.Remote.Create(ctx, name, f)
 		if err == nil {
 			e.log.Info("drivesync: wrote a "+op+" file", "file", name, "records", n)
-			return name, nil
+			// Its own state: nothing to apply, and a snapshot it checked.
+			var size int64
+			if fi, err := f.Stat(); err == nil {
+				size = fi.Size()
+			}
+			return name, s.inTx(ctx, func() error {
+				return s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, name, size)
+			})
 		}
 		if !errors.Is(err, fs.ErrExist) || attempt == 3 {
 			return "", remoteErr(op, name, err)
@@ -781,11 +871,12 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 }
 
 // heldFiles returns the patch and merge files on the remote that this
-// device applied, and forgets applied files the remote no longer has.
-func (s *syncRun) heldFiles(ctx context.Context) ([]string, error) {
+// device applied, and the snapshots on it that this device checked (see
+// chooseSnapshot); it forgets applied files the remote no longer has.
+func (s *syncRun) heldFiles(ctx context.Context) (held, knows []string, err error) {
 	files, err := s.e.cfg.Remote.List(ctx, time.Time{})
 	if err != nil {
-		return nil, remoteErr("snapshot", "", err)
+		return nil, nil, remoteErr("snapshot", "", err)
 	}
 	present := map[string]bool{}
 	for _, f := range files {
@@ -793,29 +884,34 @@ func (s *syncRun) heldFiles(ctx context.Context) ([]string, error) {
 	}
 	rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_files WHERE status = 'applied' ORDER BY name`)
 	if err != nil {
-		return nil, &Error{Op: "snapshot", Err: err}
+		return nil, nil, &Error{Op: "snapshot", Err: err}
 	}
-	var held, gone []string
+	var gone []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
 			rows.Close()
-			return nil, &Error{Op: "snapshot", Err: err}
+			return nil, nil, &Error{Op: "snapshot", Err: err}
 		}
 		switch k, _, _, _ := parseFileName(name); {
 		case !present[name]:
 			gone = append(gone, name)
-		case k == kindPatch || k == kindMerge:
+		case k == kindSnapshot:
+			knows = append(knows, name)
+		default:
 			held = append(held, name)
 		}
 	}
 	rows.Close()
-	for _, name := range gone {
-		if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
-			return nil, &Error{Op: "snapshot", Err: err}
+	err = s.inTx(ctx, func() error {
+		for _, name := range gone {
+			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
+				return err
+			}
 		}
-	}
-	return held, nil
+		return nil
+	})
+	return held, knows, err
 }
 
 // compact deletes what the newest snapshot older than ListOverlap
@@ -832,11 +928,10 @@ func (s *syncRun) compact(ctx context.Context) (string, error) {
 		return "", remoteErr("compact", "", err)
 	}
 	var authority string
-	var authorityAt time.Time
 	for _, f := range files {
 		kind, at, _, ok := parseFileName(f.Name)
 		if ok && kind == kindSnapshot && !at.After(now.Add(-e.cfg.ListOverlap)) && f.Name > authority {
-			authority, authorityAt = f.Name, at
+			authority = f.Name
 		}
 	}
 	if authority == "" {
@@ -851,16 +946,22 @@ func (s *syncRun) compact(ctx context.Context) (string, error) {
 		}
 		return "", err
 	}
-	held := map[string]bool{}
+	// Only what the authority holds: the files it names, and the older
+	// snapshots its writer had checked (a snapshot written by a device
+	// that had not yet seen an older one does not replace it).
+	held, knows := map[string]bool{}, map[string]bool{}
 	for _, name := range h.included {
 		held[name] = true
+	}
+	for _, name := range h.knows {
+		knows[name] = true
 	}
 	for _, f := range files {
 		kind, at, _, ok := parseFileName(f.Name)
 		if !ok {
 			continue
 		}
-		old := (kind == kindSnapshot && at.Before(authorityAt)) || (held[f.Name] && at.Before(h.cutoff))
+		old := (kind == kindSnapshot && knows[f.Name]) || (held[f.Name] && at.Before(h.cutoff))
 		if !old {
 			continue
 		}

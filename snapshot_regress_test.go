@@ -2,6 +2,9 @@ package drivesync
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,4 +150,122 @@ func TestRegressOutboxOldNameSkippedAtBootstrap(t *testing.T) {
 		t.Errorf("c never got r2")
 	}
 	assertConverged(t, a, b, c)
+}
+
+// hidingRemote hides the named files from List, as a lagging listing does.
+type hidingRemote struct {
+	Remote
+	hide map[string]bool
+}
+
+func (h *hidingRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
+	files, err := h.Remote.List(ctx, since)
+	return slices.DeleteFunc(files, func(f RemoteFile) bool { return h.hide[f.Name] }), err
+}
+
+// D: a device whose clock is ahead compacts with a snapshot the moment it
+// is written; another device's listing lags that snapshot, so it neither
+// sees the deleted file nor the snapshot that holds it. Once it sees the
+// snapshot, a cutoff older than its cursor made it skip the snapshot, and
+// the file's change was lost to it.
+func TestRegressSnapshotHiddenWhileCompacted(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	hc := &hidingRemote{Remote: skewRemote{mem, 0}, hide: map[string]bool{}}
+	a := newDevice(t, "dev-a", skewRemote{mem, 0}).withRetention(time.Hour)
+	b := newDevice(t, "dev-b", skewRemote{mem, time.Hour}).withRetention(time.Hour) // an hour ahead
+	c := newDevice(t, "dev-c", hc).withRetention(time.Hour)
+	a.put("r1", `{"v":1}`)
+	syncAll(t, a, b, c)
+	b.snapshot() // named 13:00: b's compaction is due 15 minutes later, by b's clock
+	c.sync()
+	clk.add(time.Minute)
+	a.put("r0", `{"v":0}`)
+	held := a.sync().Uploaded // named 12:01
+	clk.add(70 * time.Minute)
+	snap := a.snapshot().Snapshot // named 13:11; holds r0's file, cutoff 12:11
+	hc.hide[snap] = true
+	if r := b.sync(); r.Deleted == 0 { // by b's clock a's snapshot is an hour old
+		t.Fatalf("b did not compact: %+v", r)
+	}
+	if slices.Contains(mustList(t, mem), held) {
+		t.Fatalf("%s was not compacted", held)
+	}
+	c.sync() // sees neither the file nor the snapshot
+	delete(hc.hide, snap)
+	clk.add(time.Minute)
+	if r := c.sync(); !slices.Contains(r.Downloaded, snap) {
+		t.Errorf("c did not load %s, which holds a file it never saw: %+v", snap, r)
+	}
+	if got := c.get("r0"); got != `{"v":0}` {
+		t.Errorf("c has r0 = %q", got)
+	}
+	syncAll(t, a, b, c)
+	assertConverged(t, a, b, c)
+}
+
+// E: a device offline while three snapshots come and go sees only
+// snapshots written after the file it missed was deleted, which no longer
+// name it; with its clock ahead, their cutoffs look older than its cursor.
+// The newest names, among the snapshots its writer checked, one the device
+// never saw: the device loads it.
+func TestRegressOfflineAcrossSnapshotChain(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	a := newDevice(t, "dev-a", skewRemote{mem, 0}).withRetention(time.Hour)
+	d := newDevice(t, "dev-d", skewRemote{mem, 2 * time.Hour}).withRetention(time.Hour)
+	a.put("r1", `{"v":1}`)
+	syncAll(t, a, d)
+	clk.add(time.Minute)
+	a.put("r0", `{"v":0}`)
+	held := a.sync().Uploaded
+	var snaps []string
+	for range 4 { // 13:30, 13:50, 14:10, 14:30: each compacts with the one before
+		clk.add(20 * time.Minute)
+		if len(snaps) == 0 {
+			clk.add(69 * time.Minute)
+		}
+		snaps = append(snaps, a.snapshot().Snapshot)
+	}
+	left := mustList(t, mem)
+	if slices.Contains(left, held) || slices.Contains(left, snaps[0]) || slices.Contains(left, snaps[1]) {
+		t.Fatalf("compaction left %v", left)
+	}
+	r := d.sync()
+	if got := d.get("r0"); got != `{"v":0}` {
+		t.Errorf("d has r0 = %q after downloading %v", got, r.Downloaded)
+	}
+	syncAll(t, a, d)
+	assertConverged(t, a, d)
+}
+
+// F: a listed file deleted before it is downloaded, while the snapshot
+// that holds it is still hidden from the listing: the sync stops instead
+// of moving its cursor past the file, and the next one loads the snapshot.
+func TestRegressVanishedFileWithoutSnapshot(t *testing.T) {
+	mem := NewMemoryRemote()
+	hb := &hidingRemote{Remote: mem, hide: map[string]bool{}}
+	fb := &deleteFailingRemote{Remote: hb, gone: map[string]bool{}}
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", fb)
+	syncAll(t, a, b)
+	a.put("n", `{"v":1}`)
+	held := a.sync().Uploaded
+	snap := a.snapshot().Snapshot
+	hb.hide[snap] = true
+	fb.gone[held] = true
+	_, err := b.eng.Sync(context.Background())
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "sync again") {
+		t.Fatalf("b's sync: %v, want ErrRemote saying to sync again", err)
+	}
+	delete(hb.hide, snap)
+	if r := b.sync(); !slices.Contains(r.Downloaded, snap) {
+		t.Errorf("b did not load %s: %+v", snap, r)
+	}
+	if got := b.get("n"); got != `{"v":1}` {
+		t.Errorf("b has n = %q", got)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
 }

@@ -106,15 +106,16 @@ type syncRun struct {
 	pending map[recordKey]pendingEdit
 	stmts   map[string]*sql.Stmt
 
-	store     string        // the store id of the remote's marker
-	rebound   bool          // bind joined another store
-	bootstrap bool          // sync_states is empty: start from the newest snapshot
-	joining   bool          // JoinRemote was called: load the snapshot, then upload a merge file
-	newSnaps  []RemoteFile  // snapshots listed for the first time
-	snapshot  *downloaded   // the snapshot to apply first, if any
-	covered   []*downloaded // listed files the snapshot holds: recorded, not downloaded
-	vanished  bool          // a listed file was gone when downloaded
-	gone      []*downloaded // those files
+	store     string                 // the store id of the remote's marker
+	rebound   bool                   // bind joined another store
+	bootstrap bool                   // sync_states is empty: start from the newest snapshot
+	joining   bool                   // JoinRemote was called: load the snapshot, then upload a merge file
+	snaps     []RemoteFile           // the snapshots listed, newest first
+	headers   map[string]stateHeader // the snapshot headers read
+	newSnaps  []RemoteFile           // snapshots listed for the first time
+	loaded    []*downloaded          // the snapshots to apply first, if any
+	covers    map[string]bool        // the files and snapshots they hold: recorded as applied
+	gone      []*downloaded          // listed files deleted before they were downloaded
 }
 
 type knownFile struct {
@@ -155,8 +156,8 @@ func (s *syncRun) cleanup() {
 			d.spool.close()
 		}
 	}
-	if s.snapshot != nil && s.snapshot.spool != nil {
-		s.snapshot.spool.close()
+	for _, d := range s.loaded {
+		d.spool.close()
 	}
 	if s.plan != nil {
 		s.plan.close()
@@ -215,7 +216,7 @@ func (s *syncRun) run(ctx context.Context) error {
 	if err := s.hook("planned"); err != nil {
 		return err
 	}
-	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.newSnaps) == 0 && len(s.covered) == 0 {
+	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.newSnaps) == 0 {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
 		return s.saveCursor(ctx)
@@ -332,19 +333,12 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		}
 	}
 	e.progress("download", len(s.download), len(s.download))
-	if s.vanished && s.snapshot == nil {
-		// Compaction deleted a file between listing and download: the
-		// snapshot that replaced it has what it held.
-		e.log.Info("drivesync: a listed file was deleted before it was downloaded; loading the newest snapshot")
-		if err := s.loadSnapshot(ctx, snaps); err != nil {
-			return err
-		}
+	if err := s.coverGone(ctx); err != nil {
+		return err
 	}
 	s.download = slices.DeleteFunc(s.download, func(d *downloaded) bool { return d.spool == nil })
-	if s.snapshot != nil {
-		s.download = append([]*downloaded{s.snapshot}, s.download...)
-		s.snapshot = nil // owned by s.download now
-	}
+	s.download = append(s.loaded, s.download...) // snapshots first
+	s.loaded = nil                               // owned by s.download now
 	return nil
 }
 
@@ -364,8 +358,7 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
-		s.vanished = true // deleted since the listing (compacted?)
-		s.gone = append(s.gone, d)
+		s.gone = append(s.gone, d) // deleted since the listing (compacted?)
 		return nil
 	}
 	if err != nil {
