@@ -274,7 +274,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				return fmt.Errorf("format %q is not a positive integer", n)
 			}
 			if format > patchFormat {
-				return fmt.Errorf("%w: file format %d is newer than this app understands (%d): upgrade the app", ErrUnsupportedFormat, format, patchFormat)
+				return fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, patchFormat)
 			}
 		case "device":
 			if err := dec.Decode(&device); err != nil {

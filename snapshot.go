@@ -217,7 +217,7 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				return h, fmt.Errorf("format %q is not a positive integer", n)
 			}
 			if format > stateFormat {
-				return h, fmt.Errorf("%w: file format %d is newer than this app understands (%d): upgrade the app", ErrUnsupportedFormat, format, stateFormat)
+				return h, fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, stateFormat)
 			}
 		case "device":
 			if err := dec.Decode(&h.device); err != nil {
@@ -396,7 +396,7 @@ func readMarker(ctx context.Context, r Remote) (m marker, found bool, err error)
 	case derr != nil:
 		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: %w", ErrCorruptFile, derr)}
 	case m.Format > markerFormat:
-		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker format %d is newer than this app understands (%d)", ErrUnsupportedFormat, m.Format, markerFormat)}
+		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker format %d; this app reads up to %d", ErrUnsupportedFormat, m.Format, markerFormat)}
 	case m.Format < 1 || checkDeviceID(m.Store) != nil:
 		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker has format %d and store %q", ErrCorruptFile, m.Format, m.Store)}
 	}
@@ -580,13 +580,11 @@ func (s *syncRun) chooseSnapshot(ctx context.Context, snaps []RemoteFile) error 
 }
 
 // lacks returns a file or snapshot that h names and this device has
-// neither applied, nor listed in this sync, nor in a snapshot it loads. A
-// file it rejected counts as lacking: the snapshot's writer could read it.
+// neither applied, nor listed in this sync, nor in a snapshot it loads.
 func (s *syncRun) lacks(h stateHeader) (string, bool) {
 	for _, names := range [][]string{h.included, h.knows} {
 		for _, name := range names {
-			k, known := s.known[name]
-			if s.covers[name] || (known && k.status == "applied") || (!known && s.listed[name]) {
+			if k, known := s.known[name]; s.covers[name] || s.listed[name] || (known && k.status == "applied") {
 				continue
 			}
 			return name, true
@@ -668,14 +666,25 @@ func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
 	return nil
 }
 
-// coverGone makes sure that every listed file deleted before this sync
-// could download it is held by a snapshot the sync applies, loading one
-// that holds it. If none does, the sync stops: the next one lists the
-// remote again, and finds the snapshot that replaced the file.
-func (s *syncRun) coverGone(ctx context.Context) error {
+// coverMissing takes the listed files this sync could not apply, deleted
+// before it could download them or of a newer format, from a listed
+// snapshot that holds them (its writer could read them), loading that
+// snapshot. A deleted file that no listed snapshot holds stops the sync:
+// the next one lists the remote again and finds the snapshot that
+// replaced it. A newer file that none holds stays rejected.
+func (s *syncRun) coverMissing(ctx context.Context) error {
+	var missing []string
 	for _, d := range s.gone {
+		missing = append(missing, d.name)
+	}
+	for _, r := range s.report.Rejected {
+		if k, _, _, ok := parseFileName(r.Name); ok && k != kindSnapshot && errors.Is(r.Err, ErrUnsupportedFormat) {
+			missing = append(missing, r.Name)
+		}
+	}
+	for _, name := range missing {
 		for _, f := range s.snaps {
-			if s.covers[d.name] {
+			if s.covers[name] {
 				break
 			}
 			h, err := s.header(ctx, f.Name)
@@ -685,16 +694,19 @@ func (s *syncRun) coverGone(ctx context.Context) error {
 				}
 				return err
 			}
-			if slices.Contains(h.included, d.name) {
+			if slices.Contains(h.included, name) {
 				if err := s.loadSnapshot(ctx, f); err != nil {
 					return err
 				}
 			}
 		}
+	}
+	for _, d := range s.gone {
 		if !s.covers[d.name] {
 			return &Error{Op: "download", File: d.name, Err: fmt.Errorf("%w: the file was deleted while this sync ran (another device compacted the remote); sync again", ErrRemote)}
 		}
 	}
+	s.report.Rejected = slices.DeleteFunc(s.report.Rejected, func(r FileError) bool { return s.covers[r.Name] })
 	return nil
 }
 

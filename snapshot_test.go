@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -518,6 +519,40 @@ func TestNewerFormat(t *testing.T) {
 	if _, err := d.eng.Sync(context.Background()); !errors.Is(err, ErrUnsupportedFormat) {
 		t.Fatalf("newer marker: %v, want ErrUnsupportedFormat", err)
 	}
+}
+
+// TestNewerPatchHeldBySnapshot: a patch file of a newer format, which a
+// newer app applied and put in its snapshot, reaches an older device
+// through that snapshot, and is no longer reported.
+func TestNewerPatchHeldBySnapshot(t *testing.T) {
+	mem := NewMemoryRemote()
+	a, d := newDevice(t, "dev-a", mem), newDevice(t, "dev-d", mem)
+	syncAll(t, a, d)
+	a.put("n", `{"v":2}`)
+	newer := a.sync().Uploaded
+	snap := a.snapshot().Snapshot // holds newer
+	// As if a newer app had written it: same name, a format d cannot read.
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	fmt.Fprintf(gz, `{"format":%d,"device":"dev-a","changes":[]}`, patchFormat+1)
+	gz.Close()
+	if err := mem.Delete(context.Background(), newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Create(context.Background(), newer, &buf); err != nil {
+		t.Fatal(err)
+	}
+	r := d.sync()
+	if len(r.Rejected) != 0 || !slices.Contains(r.Downloaded, snap) {
+		t.Fatalf("d rejected %v and downloaded %v, want %s from the snapshot", r.Rejected, r.Downloaded, snap)
+	}
+	if got := d.get("n"); got != `{"v":2}` {
+		t.Fatalf("d has %q", got)
+	}
+	if r := d.sync(); len(r.Downloaded) != 0 || len(r.Rejected) != 0 {
+		t.Fatalf("next sync: %+v", r)
+	}
+	assertConverged(t, a, d)
 }
 
 // TestHostileSnapshot: a snapshot whose clocks the merge rules could not

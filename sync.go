@@ -333,7 +333,7 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		}
 	}
 	e.progress("download", len(s.download), len(s.download))
-	if err := s.coverGone(ctx); err != nil {
+	if err := s.coverMissing(ctx); err != nil {
 		return err
 	}
 	s.download = slices.DeleteFunc(s.download, func(d *downloaded) bool { return d.spool == nil })
