@@ -55,8 +55,9 @@ type Config struct {
 	// (default DefaultMaxSnapshotSize).
 	MaxSnapshotSize int64
 	// Retention is how long patch files are kept before the snapshot
-	// that replaces them; zero means two months (seed 000). Devices that
-	// were offline longer start again from the newest snapshot.
+	// that replaces them; zero means two months (seed 000). A device that
+	// missed files compaction deleted (it was offline longer) loads the
+	// snapshot that holds them.
 	Retention time.Duration
 	// TempDir holds the engine's temporary files during a sync; empty
 	// means os.TempDir().
