@@ -747,16 +747,7 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	}
 	if err != nil {
 		sp.close()
-		switch {
-		case ctx.Err() != nil:
-			return h, &Error{Op: "download", File: d.name, Err: ctx.Err()}
-		case src.failed != nil:
-			return h, remoteErr("download", d.name, src.failed)
-		case spoolErr != nil:
-			return h, &Error{Op: "download", File: d.name, Err: spoolErr}
-		}
-		s.reject(d, classifyFileErr(err))
-		return h, nil
+		return h, s.readFailed(ctx, d, src, spoolErr, err)
 	}
 	d.spool = sp
 	s.maxSeen = max(s.maxSeen, maxV)

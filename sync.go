@@ -379,19 +379,26 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	})
 	if err != nil {
 		sp.close()
-		switch {
-		case ctx.Err() != nil:
-			return &Error{Op: "download", File: d.name, Err: ctx.Err()}
-		case src.failed != nil:
-			return remoteErr("download", d.name, src.failed)
-		case spoolErr != nil: // a local disk problem, not the file's fault
-			return &Error{Op: "download", File: d.name, Err: spoolErr}
-		}
-		s.reject(d, classifyFileErr(err))
-		return nil
+		return s.readFailed(ctx, d, src, spoolErr, err)
 	}
 	d.spool = sp
 	s.maxSeen = max(s.maxSeen, maxV)
+	return nil
+}
+
+// readFailed sorts out why reading remote file d failed: a cancelled
+// context, the remote or the local spool fails the sync (returned); a
+// malformed file is rejected (nil).
+func (s *syncRun) readFailed(ctx context.Context, d *downloaded, src *countingReader, spoolErr, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return &Error{Op: "download", File: d.name, Err: ctx.Err()}
+	case src.failed != nil:
+		return remoteErr("download", d.name, src.failed)
+	case spoolErr != nil: // a local disk problem, not the file's fault
+		return &Error{Op: "download", File: d.name, Err: spoolErr}
+	}
+	s.reject(d, classifyFileErr(err))
 	return nil
 }
 
