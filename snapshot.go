@@ -600,9 +600,6 @@ func (s *syncRun) header(ctx context.Context, name string) (stateHeader, error) 
 	}
 	h, err := s.readHeader(ctx, name)
 	if err == nil {
-		if s.headers == nil {
-			s.headers = map[string]stateHeader{}
-		}
 		s.headers[name] = h
 	}
 	return h, err
@@ -656,9 +653,6 @@ func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
 		return err
 	}
 	s.loaded = append(s.loaded, d)
-	if s.covers == nil {
-		s.covers = map[string]bool{}
-	}
 	for _, name := range slices.Concat(h.included, h.knows, []string{f.Name}) {
 		s.covers[name] = true
 	}

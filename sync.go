@@ -69,7 +69,7 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	// Whatever happened, the connection goes back to the app's pool
 	// outside any transaction.
 	defer endTx(conn)
-	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}}
+	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}, headers: map[string]stateHeader{}, covers: map[string]bool{}}
 	defer s.cleanup()
 	err = fn(s)
 	return s.report, err
