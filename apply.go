@@ -260,7 +260,7 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 	}
 	for _, r := range s.report.Rejected {
 		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, detail, checked_at, reader) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5)`,
-			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), time.Now().Unix(), s.e.readerKey()); err != nil {
+			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), time.Now().Unix(), s.limits.key()); err != nil {
 			return err
 		}
 	}

@@ -41,19 +41,13 @@ type Config struct {
 
 	// ListOverlap overrides DefaultListOverlap.
 	ListOverlap time.Duration
-	// MaxFileSize bounds the compressed size of a remote file
-	// (default DefaultMaxFileSize); MaxExpandedSize its uncompressed
-	// size (default DefaultMaxExpandedSize). Larger files are skipped
-	// and reported.
-	MaxFileSize, MaxExpandedSize int64
-	// MaxRecordSize bounds one record's content (default
-	// DefaultMaxRecordSize), on both sides: a larger local record is
-	// not sent (Report.Skipped), a larger received change makes its file
-	// rejected. Every device should use the same value.
-	MaxRecordSize int64
-	// MaxSnapshotSize bounds the uncompressed size of a snapshot
-	// (default DefaultMaxSnapshotSize).
-	MaxSnapshotSize int64
+	// Limits are the size limits of a store this device creates (its
+	// first sync with an empty remote, or StartFresh); zero fields take
+	// the defaults. A store's limits are recorded in its marker and
+	// govern every device, so that a file is readable on all devices or
+	// on none: this field does not change the limits of an existing
+	// store.
+	Limits Limits
 	// Retention is how long patch files are kept before the snapshot
 	// that replaces them; zero means two months (seed 000). A device that
 	// missed files compaction deleted (it was offline longer) loads the
@@ -167,17 +161,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	if cfg.ListOverlap <= 0 {
 		cfg.ListOverlap = DefaultListOverlap
 	}
-	if cfg.MaxFileSize <= 0 {
-		cfg.MaxFileSize = DefaultMaxFileSize
-	}
-	if cfg.MaxExpandedSize <= 0 {
-		cfg.MaxExpandedSize = DefaultMaxExpandedSize
-	}
-	if cfg.MaxRecordSize <= 0 {
-		cfg.MaxRecordSize = DefaultMaxRecordSize
-	}
-	if cfg.MaxSnapshotSize <= 0 {
-		cfg.MaxSnapshotSize = DefaultMaxSnapshotSize
+	cfg.Limits = cfg.Limits.withDefaults()
+	if err := cfg.Limits.check(); err != nil {
+		return nil, fmt.Errorf("drivesync: Open: Config.Limits: %w", err)
 	}
 	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1)}
 	if e.log == nil {

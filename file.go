@@ -152,15 +152,91 @@ func (pw *patchWriter) close() error {
 	return pw.gz.Close()
 }
 
-// Limits on what the engine reads from a remote file. Everything on the
-// remote is untrusted: another app version, a broken sync tool or an
-// attacker with access to the folder may have written it.
+// Limits bound what a store's files may hold. Everything on the remote is
+// untrusted: another app version, a broken sync tool or an attacker with
+// access to the folder may have written it, so every reader checks these
+// bounds before it trusts a byte.
+//
+// Whether a file is readable must not depend on which device reads it: a
+// file one device applies and another rejects would split them. So the
+// limits belong to the store, not to a device. They are recorded in the
+// store's marker when the store is created (from Config.Limits of the
+// device that creates it) and every device reads and writes under the
+// marker's limits, whatever its own Config says. A zero field means its
+// default.
+type Limits struct {
+	// MaxFileSize bounds the compressed size of a patch file
+	// (DefaultMaxFileSize), MaxExpandedSize its uncompressed size
+	// (DefaultMaxExpandedSize).
+	MaxFileSize, MaxExpandedSize int64
+	// MaxRecordSize bounds one record's content or patch, and twice it
+	// the record's clock (DefaultMaxRecordSize). A local record over it
+	// is not sent (Report.Skipped).
+	MaxRecordSize int64
+	// MaxSnapshotSize bounds a snapshot or merge file, compressed and
+	// uncompressed (DefaultMaxSnapshotSize).
+	MaxSnapshotSize int64
+	// MaxHeldFiles bounds the file names a snapshot's header lists
+	// (DefaultMaxHeldFiles). A writer with more lists the oldest: the
+	// files it leaves out are not compacted, and new devices download
+	// them as well, which costs bytes but loses nothing.
+	MaxHeldFiles int64
+}
+
+// Default limits of a new store.
 const (
-	DefaultMaxFileSize     = 64 << 20  // compressed bytes of one file
-	DefaultMaxExpandedSize = 256 << 20 // uncompressed bytes of one file
+	DefaultMaxFileSize     = 64 << 20  // compressed bytes of one patch file
+	DefaultMaxExpandedSize = 256 << 20 // uncompressed bytes of one patch file
 	DefaultMaxRecordSize   = 4 << 20   // bytes of one record's content or patch
+	DefaultMaxSnapshotSize = 16 << 30  // bytes of one snapshot or merge file
+	DefaultMaxHeldFiles    = 1 << 20   // file names in one snapshot header
 	maxRecordIDLen         = 1024
 )
+
+// withDefaults returns l with every unset field at its default.
+func (l Limits) withDefaults() Limits {
+	for _, f := range []struct {
+		v   *int64
+		def int64
+	}{
+		{&l.MaxFileSize, DefaultMaxFileSize},
+		{&l.MaxExpandedSize, DefaultMaxExpandedSize},
+		{&l.MaxRecordSize, DefaultMaxRecordSize},
+		{&l.MaxSnapshotSize, DefaultMaxSnapshotSize},
+		{&l.MaxHeldFiles, DefaultMaxHeldFiles},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.def
+		}
+	}
+	return l
+}
+
+// check reports a limit outside the bounds every device accepts.
+func (l Limits) check() error {
+	for _, b := range []struct {
+		name      string
+		v, lo, hi int64
+	}{
+		{"MaxFileSize", l.MaxFileSize, 1 << 10, 1 << 40},
+		{"MaxExpandedSize", l.MaxExpandedSize, 1 << 10, 1 << 40},
+		{"MaxRecordSize", l.MaxRecordSize, 1 << 10, 1 << 30},
+		{"MaxSnapshotSize", l.MaxSnapshotSize, 1 << 10, 1 << 44},
+		{"MaxHeldFiles", l.MaxHeldFiles, 1 << 10, 1 << 30},
+	} {
+		if b.v < b.lo || b.v > b.hi {
+			return fmt.Errorf("limit %s = %d is outside %d-%d", b.name, b.v, b.lo, b.hi)
+		}
+	}
+	return nil
+}
+
+// key names the limits and formats that decide whether a file is
+// readable: a file rejected under another key is read again.
+func (l Limits) key() string {
+	return fmt.Sprintf("patch format %d, state format %d, limits %d/%d/%d/%d/%d",
+		patchFormat, stateFormat, l.MaxFileSize, l.MaxExpandedSize, l.MaxRecordSize, l.MaxSnapshotSize, l.MaxHeldFiles)
+}
 
 var errTooLarge = errors.New("too large")
 

@@ -95,7 +95,7 @@ func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, e
 	}
 	defer rc.Close()
 	local := bufio.NewReader(&outboxReader{ctx: ctx, q: s.conn, name: name})
-	remote := bufio.NewReader(io.LimitReader(rc, s.e.cfg.MaxFileSize+1))
+	remote := bufio.NewReader(io.LimitReader(rc, s.limits.MaxFileSize+1))
 	for {
 		a, errA := local.ReadByte()
 		b, errB := remote.ReadByte()

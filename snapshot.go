@@ -64,10 +64,6 @@ import (
 // reads every format up to it.
 const stateFormat = 1
 
-// DefaultMaxSnapshotSize bounds the uncompressed size of a snapshot or
-// merge file (Config.MaxSnapshotSize).
-const DefaultMaxSnapshotSize = 16 << 30
-
 // retained returns the oldest name time a snapshot at "at" keeps patch
 // files for: Config.Retention before it, by default two months (seed
 // 000).
@@ -376,6 +372,32 @@ type marker struct {
 	Format  int64     `json:"format"`
 	Store   string    `json:"store"`
 	Created time.Time `json:"created"` // the remote's time; a store's first snapshot is due the month after
+	// Limits are the store's (see Limits); a marker without them has
+	// the defaults.
+	Limits *markerLimits `json:"limits,omitempty"`
+}
+
+type markerLimits struct {
+	MaxFileSize     int64 `json:"max_file_size"`
+	MaxExpandedSize int64 `json:"max_expanded_size"`
+	MaxRecordSize   int64 `json:"max_record_size"`
+	MaxSnapshotSize int64 `json:"max_snapshot_size"`
+	MaxHeldFiles    int64 `json:"max_held_files"`
+}
+
+// limits returns the store's limits. The marker is untrusted like every
+// remote file: limits outside sane bounds make it unreadable rather than
+// have devices read unbounded files.
+func (m marker) limits() (Limits, error) {
+	if m.Limits == nil {
+		return Limits{}.withDefaults(), nil
+	}
+	l := Limits{MaxFileSize: m.Limits.MaxFileSize, MaxExpandedSize: m.Limits.MaxExpandedSize,
+		MaxRecordSize: m.Limits.MaxRecordSize, MaxSnapshotSize: m.Limits.MaxSnapshotSize, MaxHeldFiles: m.Limits.MaxHeldFiles}
+	if err := l.check(); err != nil {
+		return l, fmt.Errorf("%w: marker: %w", ErrCorruptFile, err)
+	}
+	return l, nil
 }
 
 // readMarker reads the remote's marker; found is false if there is none.
@@ -400,11 +422,18 @@ func readMarker(ctx context.Context, r Remote) (m marker, found bool, err error)
 	case m.Format < 1 || checkDeviceID(m.Store) != nil:
 		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker has format %d and store %q", ErrCorruptFile, m.Format, m.Store)}
 	}
+	if _, err := m.limits(); err != nil {
+		return m, true, &Error{Op: "read marker", File: markerName, Err: err}
+	}
 	return m, true, nil
 }
 
-func writeMarker(ctx context.Context, r Remote, store string, created time.Time) error {
-	b, _ := json.Marshal(marker{Format: markerFormat, Store: store, Created: created.UTC()})
+// writeMarker creates the marker of a new store with limits l.
+func writeMarker(ctx context.Context, r Remote, store string, created time.Time, l Limits) error {
+	b, _ := json.Marshal(marker{Format: markerFormat, Store: store, Created: created.UTC(), Limits: &markerLimits{
+		MaxFileSize: l.MaxFileSize, MaxExpandedSize: l.MaxExpandedSize, MaxRecordSize: l.MaxRecordSize,
+		MaxSnapshotSize: l.MaxSnapshotSize, MaxHeldFiles: l.MaxHeldFiles,
+	}})
 	return r.Create(ctx, markerName, strings.NewReader(string(b)+"\n"))
 }
 
@@ -465,7 +494,7 @@ func (s *syncRun) bind(ctx context.Context) error {
 		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s: it was emptied, or it is another folder or account than the one store %s lives in. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, bound)}
 	default:
 		m = marker{Store: newStoreID(), Created: s.cursor}
-		err = writeMarker(ctx, e.cfg.Remote, m.Store, m.Created)
+		err = writeMarker(ctx, e.cfg.Remote, m.Store, m.Created, e.cfg.Limits)
 		if errors.Is(err, fs.ErrExist) { // another device created it since we looked
 			if m, found, err = readMarker(ctx, e.cfg.Remote); err == nil && !found {
 				err = fmt.Errorf("%w: the marker exists but cannot be read; sync again", ErrRemote)
@@ -483,6 +512,13 @@ func (s *syncRun) bind(ctx context.Context) error {
 		set = append(set, metaStore, m.Store, metaStoreClaim, s.cursor.UTC().Format(time.RFC3339Nano))
 	}
 	s.store = m.Store
+	if m.Limits == nil && m.Format == 0 {
+		// The marker this device just wrote, or the one it wrote moments
+		// ago and cannot list yet: this device's limits are the store's.
+		s.limits = e.cfg.Limits
+	} else if s.limits, err = m.limits(); err != nil {
+		return &Error{Op: "read marker", File: markerName, Err: err}
+	}
 	if last == "" && !m.Created.IsZero() {
 		// A store's first snapshot is due in the month after it began.
 		set = append(set, metaSnapshot, m.Created.UTC().Format(time.RFC3339Nano))
@@ -618,7 +654,7 @@ func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, err
 	}
 	defer rc.Close()
 	src := &countingReader{r: rc}
-	h, err := decodeStateFile(src, device, s.e.cfg.MaxSnapshotSize, s.e.cfg.MaxRecordSize, nil)
+	h, err := decodeStateFile(src, device, s.limits.MaxSnapshotSize, s.limits.MaxRecordSize, nil)
 	switch {
 	case err == nil && h.store != s.store:
 		return h, rejection{fmt.Errorf("%w: it belongs to store %s, not %s", ErrCorruptFile, h.store, s.store)}
@@ -648,7 +684,7 @@ func classifyFileErr(err error) error {
 // the listing, is skipped.
 func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
 	d := &downloaded{name: f.Name, size: f.Size, kind: kindSnapshot}
-	h, err := s.fetchStateFile(ctx, d, s.e.cfg.MaxSnapshotSize)
+	h, err := s.fetchStateFile(ctx, d, s.limits.MaxSnapshotSize)
 	if err != nil || d.spool == nil {
 		return err
 	}
@@ -731,7 +767,7 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	var maxV int64
 	var spoolErr error
 	src := &countingReader{r: &limitedReader{r: rc, n: limit, what: "compressed file"}}
-	h, err := decodeStateFile(src, device, limit, e.cfg.MaxRecordSize, func(c fileChange) error {
+	h, err := decodeStateFile(src, device, limit, s.limits.MaxRecordSize, func(c fileChange) error {
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)
 		return spoolErr
@@ -1029,7 +1065,7 @@ func (e *Engine) StartFresh(ctx context.Context) (Report, error) {
 			return remoteErr("start fresh", "", err)
 		}
 		store := newStoreID()
-		if err := writeMarker(ctx, e.cfg.Remote, store, now); err != nil {
+		if err := writeMarker(ctx, e.cfg.Remote, store, now, e.cfg.Limits); err != nil {
 			return remoteErr("start fresh", markerName, err)
 		}
 		if err := s.rebind(ctx, store, false); err != nil {

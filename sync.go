@@ -107,6 +107,7 @@ type syncRun struct {
 	stmts   map[string]*sql.Stmt
 
 	store     string                 // the store id of the remote's marker
+	limits    Limits                 // the store's limits, from its marker
 	rebound   bool                   // bind joined another store
 	bootstrap bool                   // sync_states is empty: start from the newest snapshot
 	joining   bool                   // JoinRemote was called: load the snapshot, then upload a merge file
@@ -129,17 +130,11 @@ type knownFile struct {
 // alone: a folder-sync tool may still be writing it.
 const rejectRetry = time.Hour
 
-// readerKey names what decides whether a file is readable: the format
-// this engine reads and its size limits. A file rejected under other
-// limits, or by an older version of the app, is read again.
-func (e *Engine) readerKey() string {
-	return fmt.Sprintf("format %d, max %d/%d/%d", patchFormat, e.cfg.MaxFileSize, e.cfg.MaxExpandedSize, e.cfg.MaxRecordSize)
-}
 
 // stillRejected reports whether a file rejected earlier should be skipped
 // without downloading it again.
 func (s *syncRun) stillRejected(k knownFile, f RemoteFile) bool {
-	return k.size == f.Size && k.reader == s.e.readerKey() &&
+	return k.size == f.Size && k.reader == s.limits.key() &&
 		time.Since(time.Unix(k.checkedAt, 0)) < rejectRetry
 }
 
@@ -348,12 +343,12 @@ func (s *syncRun) fetch(ctx context.Context) error {
 func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	e := s.e
 	if d.kind == kindMerge {
-		_, err := s.fetchStateFile(ctx, d, e.cfg.MaxSnapshotSize)
+		_, err := s.fetchStateFile(ctx, d, s.limits.MaxSnapshotSize)
 		return err
 	}
 	_, device, _ := parsePatchName(d.name)
-	if d.size > e.cfg.MaxFileSize {
-		s.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, e.cfg.MaxFileSize))
+	if d.size > s.limits.MaxFileSize {
+		s.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, s.limits.MaxFileSize))
 		return nil
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
@@ -371,8 +366,8 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	var maxV int64
 	var spoolErr error
-	src := &countingReader{r: &limitedReader{r: rc, n: e.cfg.MaxFileSize, what: "compressed file"}}
-	err = decodePatchFile(src, device, e.cfg.MaxExpandedSize, e.cfg.MaxRecordSize, func(c fileChange) error {
+	src := &countingReader{r: &limitedReader{r: rc, n: s.limits.MaxFileSize, what: "compressed file"}}
+	err = decodePatchFile(src, device, s.limits.MaxExpandedSize, s.limits.MaxRecordSize, func(c fileChange) error {
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)
 		return spoolErr
@@ -542,8 +537,8 @@ func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sq
 		s.skipRecord(t.name, id, errors.New("content is not valid JSON"))
 		return c, true
 	}
-	if n := int64(len(content.String)); n > s.e.cfg.MaxRecordSize {
-		s.skipRecord(t.name, id, fmt.Errorf("content has %d bytes, over Config.MaxRecordSize (%d)", n, s.e.cfg.MaxRecordSize))
+	if n := int64(len(content.String)); n > s.limits.MaxRecordSize {
+		s.skipRecord(t.name, id, fmt.Errorf("content has %d bytes, over the store's MaxRecordSize (%d)", n, s.limits.MaxRecordSize))
 		return c, true
 	}
 	switch {
