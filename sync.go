@@ -130,7 +130,6 @@ type knownFile struct {
 // alone: a folder-sync tool may still be writing it.
 const rejectRetry = time.Hour
 
-
 // stillRejected reports whether a file rejected earlier should be skipped
 // without downloading it again.
 func (s *syncRun) stillRejected(k knownFile, f RemoteFile) bool {
