@@ -70,7 +70,7 @@ func (s *syncRun) apply(ctx context.Context) error {
 		}
 		s.report.Downloaded = append(s.report.Downloaded, d.name)
 		s.report.ChangesReceived += d.spool.n
-		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?, 'applied', ?)`, d.name, d.size); err != nil {
+		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?, 'applied', ?)`, d.name, max(d.size, 0)); err != nil {
 			return err
 		}
 		e.progress("apply", i+1, total)
@@ -259,45 +259,65 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 		}
 	}
 	for _, r := range s.report.Rejected {
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, detail, checked_at, reader) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5)`,
-			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), time.Now().Unix(), s.limits.key()); err != nil {
+		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size, detail, checked_at, reader, attempts) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, 1)
+ON CONFLICT (name) DO UPDATE SET size = excluded.size, detail = excluded.detail, checked_at = excluded.checked_at, reader = excluded.reader,
+	attempts = CASE WHEN status = 'rejected' THEN attempts + 1 ELSE 1 END, status = 'rejected'`,
+			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), s.cursor.Unix(), s.limits.key()); err != nil {
 			return err
 		}
 	}
-	for _, f := range s.newSnaps {
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, f.Name, f.Size); err != nil {
+	// Held by a snapshot applied: its files as applied, the snapshots it
+	// knows as checked. A snapshot this device loaded stays applied.
+	for name := range s.covers {
+		status := fileApplied
+		if k, _, _, _ := parseFileName(name); k == kindSnapshot {
+			status = fileChecked
+		}
+		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size) VALUES (?1, ?2, 0)
+ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'applied' ELSE excluded.status END`, name, status); err != nil {
 			return err
 		}
 	}
-	for name := range s.covers { // held by a snapshot applied
-		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size) VALUES (?1, 'applied', 0) ON CONFLICT (name) DO UPDATE SET status = 'applied'`, name); err != nil {
+	var newest string // the newest snapshot read in this sync
+	for _, f := range s.checked {
+		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size) VALUES (?1, 'checked', ?2)
+ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'applied' ELSE 'checked' END, size = excluded.size`, f.Name, f.Size); err != nil {
+			return err
+		}
+		newest = max(newest, f.Name)
+	}
+	for _, d := range s.download {
+		if d.kind == kindSnapshot {
+			newest = max(newest, d.name)
+		}
+	}
+	for _, name := range s.forget {
+		if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1 AND status = 'rejected'`, name); err != nil {
 			return err
 		}
 	}
-	if len(s.newSnaps) > 0 {
+	if newest != "" {
 		last, err := getMeta(ctx, s.conn, metaSnapshot)
 		if err != nil {
 			return err
 		}
 		lastAt, _ := time.Parse(time.RFC3339Nano, last)
-		if _, at, _, _ := parseFileName(s.newSnaps[0].Name); at.After(lastAt) { // newest first
+		if _, at, _, _ := parseFileName(newest); at.After(lastAt) {
 			if err := setMeta(ctx, s.conn, metaSnapshot, at.Format(time.RFC3339Nano)); err != nil {
 				return err
 			}
 		}
 	}
 	// A snapshot names the applied files it holds, and compaction
-	// deletes only those: an applied file is remembered until a full
-	// listing shows it gone (here, or when a snapshot is written).
-	for name, k := range s.known {
-		_, at, _, ok := parseFileName(name)
-		before := s.since
-		if k.status == "applied" && !s.since.IsZero() {
-			continue
-		}
-		if !s.listed[name] && (!ok || before.IsZero() || at.Before(before)) {
-			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
-				return err
+	// deletes only those: a file is remembered until a full listing
+	// shows it gone (here, or when a snapshot is written), and a rejected
+	// one until it is read again and found gone.
+	if s.since.IsZero() {
+		for name := range s.known {
+			if !s.listed[name] {
+				if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
+					return err
+				}
 			}
 		}
 	}

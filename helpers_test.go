@@ -227,3 +227,23 @@ func writeFile(t testing.TB, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// store returns the id of the store the device syncs with.
+func (d *device) store() string {
+	d.t.Helper()
+	var id string
+	if err := d.db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'store'`).Scan(&id); err != nil {
+		d.t.Fatal(err)
+	}
+	return id
+}
+
+// maxVersion returns the largest version the device has seen or reserved.
+func (d *device) maxVersion() int64 {
+	d.t.Helper()
+	var v int64
+	if err := d.db.QueryRow(`SELECT CAST(value AS INTEGER) FROM sync_meta WHERE key = 'max_version'`).Scan(&v); err != nil {
+		d.t.Fatal(err)
+	}
+	return v
+}

@@ -9,6 +9,16 @@ import "strings"
 // files the others refuse, which would split them.
 const maxVersion = 1 << 53
 
+// maxJump bounds how far above everything a device has seen a received
+// version may be. Versions grow by one per change, so an honest file is
+// never far ahead: one that jumps more is broken or hostile, and is
+// rejected. Without this bound one file stamped near maxVersion would
+// stop the store from stamping changes for good, on every device and
+// through every snapshot. With it, the largest version a device holds
+// grows by at most maxJump per sync, and reaching maxVersion would take
+// two million syncs that each accept a hostile file.
+const maxJump = 1 << 32
+
 // A stamp identifies one write: the Lamport version it was given and the
 // device that made it. Stamps are totally ordered by version and then by
 // device id, so two devices that stamp the same version still agree on a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A store's limits come from its marker, whatever each device's Config
@@ -62,4 +63,87 @@ func TestMarkerLimitsBounded(t *testing.T) {
 	if _, err := Open(context.Background(), db, d.cfg); err == nil || !strings.Contains(err.Error(), "MaxRecordSize") {
 		t.Errorf("Open with a 10-byte record limit: got %v, want an error naming MaxRecordSize", err)
 	}
+}
+
+// A record whose clock outgrew the store's record limit (tombstones of
+// many removed keys) would make the snapshot unreadable on every device.
+// The writer reads its snapshot back under the store's limits and does not
+// upload it, so nothing is compacted on its authority and a new device
+// still receives everything from the patch files.
+func TestUnreadableSnapshotNotUploaded(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	a := newDevice(t, "dev-a", mem)
+	a.cfg.Limits = Limits{MaxRecordSize: 2048}
+	a.cfg.Retention = time.Minute
+	a.open()
+	a.put("r", `{"keep":1}`)
+	a.put("other", `{"v":1}`)
+	a.sync()
+	for round := range 4 {
+		var keys []string
+		for i := range 30 {
+			keys = append(keys, fmt.Sprintf(`"%s-%02d-%02d":1`, strings.Repeat("k", 32), round, i))
+		}
+		a.put("r", `{"keep":1,`+strings.Join(keys, ",")+`}`)
+		a.sync()
+		clk.add(time.Second)
+		a.put("r", `{"keep":1}`) // removes them: each leaves a tombstone in the clock
+		a.sync()
+		clk.add(time.Second)
+	}
+	clk.add(40 * time.Minute)
+	r, err := a.eng.Snapshot(context.Background())
+	if !errors.Is(err, ErrFileTooLarge) || r.Snapshot != "" {
+		t.Fatalf("Snapshot: wrote %q, err %v; want no snapshot and ErrFileTooLarge", r.Snapshot, err)
+	}
+	clk.add(40 * time.Minute)
+	a.eng.Snapshot(context.Background())
+	a.sync()
+	if snaps := listNamesOf(t, mem, kindSnapshot); len(snaps) != 0 {
+		t.Fatalf("snapshots on the remote: %v", snaps)
+	}
+	c := newDevice(t, "dev-c", mem)
+	if r := c.sync(); len(r.Rejected) != 0 {
+		t.Fatalf("c rejected %v", r.Rejected)
+	}
+	assertConverged(t, a, c)
+}
+
+// A busy store holds more files than a record may have bytes: the list of
+// held files in a snapshot's header has its own bound, so the snapshot
+// stays readable. A writer with more files than the bound lists the
+// oldest; a new device downloads the others as well.
+func TestSnapshotHeaderOfBusyStore(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	a := newDevice(t, "dev-a", mem)
+	a.cfg.Limits = Limits{MaxRecordSize: 1024, MaxHeldFiles: 1024}
+	a.open()
+	a.sync() // creates the store
+	const files = 1100
+	const longDev = "6f1c2a9e-4b7d-4c1e-9a53-0d8e2f7b6c41" // a UUID, as devices name themselves
+	for i := range files {
+		at := clk.now().Add(time.Duration(i) * time.Millisecond)
+		writeRaw(t, mem, patchFileName(at, longDev), true, fmt.Sprintf(
+			`{"format":1,"device":"`+longDev+`","changes":[{"table_name":"notes","record_id":"r%04d","patch":{"i":%d},"is_deleted":false,"sync_version":%d}]}`, i, i, i+1))
+	}
+	if r := a.sync(); len(r.Downloaded) != files {
+		t.Fatalf("a applied %d files, want %d", len(r.Downloaded), files)
+	}
+	r, err := a.eng.Snapshot(context.Background())
+	if err != nil || r.Snapshot == "" {
+		t.Fatalf("Snapshot: %q, %v", r.Snapshot, err)
+	}
+	c := newDevice(t, "dev-c", mem)
+	r = c.sync()
+	if len(r.Rejected) != 0 || len(r.Downloaded) == 0 || !strings.Contains(r.Downloaded[0], "/snapshot_") {
+		t.Fatalf("c: rejected %v, downloaded %d files starting %v; want the snapshot loaded", r.Rejected, len(r.Downloaded), r.Downloaded[:min(1, len(r.Downloaded))])
+	}
+	if got, want := len(r.Downloaded), 1+files-1024; got != want {
+		t.Errorf("c downloaded %d files, want the snapshot and the %d files its header could not list", got, files-1024)
+	}
+	assertConverged(t, a, c)
 }

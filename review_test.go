@@ -197,9 +197,11 @@ func TestDirtyRowRewrittenCanonical(t *testing.T) {
 	assertConverged(t, a, b)
 }
 
-// A file claiming a version beyond the limit is rejected; one at the
-// limit makes the store refuse further changes with a clear error rather
-// than write files the others would refuse.
+// Versions are bounded: a file claiming one beyond the limit, or far above
+// everything the device has seen (2^32 more), is rejected as broken or
+// hostile, so that no file can leave the store unable to stamp its own
+// changes. A version at the limit used to be accepted, after which no
+// device could ever send a change again.
 func TestVersionLimit(t *testing.T) {
 	remote := NewMemoryRemote()
 	b := newDevice(t, "dev-b", remote)
@@ -208,21 +210,33 @@ func TestVersionLimit(t *testing.T) {
 	}
 	writeRaw(t, remote, "2026/01/01/patch_20260101T000000.000Z_dev-x.json.gz", true, body(maxVersion+1))
 	writeRaw(t, remote, "2026/01/01/patch_20260101T000001.000Z_dev-x.json.gz", true, body(maxVersion))
+	writeRaw(t, remote, "2026/01/01/patch_20260101T000002.000Z_dev-x.json.gz", true, body(maxJump+1))
+	writeRaw(t, remote, "2026/01/01/patch_20260101T000003.000Z_dev-x.json.gz", true, body(maxJump))
 	r := b.sync()
-	if len(r.Rejected) != 1 || len(r.Downloaded) != 1 {
-		t.Fatalf("report %+v", r)
+	if len(r.Rejected) != 3 || len(r.Downloaded) != 1 {
+		t.Fatalf("report %+v, want three files rejected and the one within 2^32 applied", r)
+	}
+	for _, rej := range r.Rejected {
+		if !errors.Is(rej.Err, ErrCorruptFile) {
+			t.Errorf("%s: %v, want ErrCorruptFile", rej.Name, rej.Err)
+		}
 	}
 	b.put("mine", `{"v":1}`)
-	_, err := b.eng.Sync(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "cannot take more changes") {
-		t.Fatalf("got %v, want the version limit error", err)
+	if r := b.sync(); r.ChangesSent != 1 {
+		t.Fatalf("b could not send its change: %+v", r)
 	}
-	if b.pendingCount() != 1 {
-		t.Fatal("the local change was dropped")
+	// A merge file (applied by every device) with a record stamped far
+	// above is rejected too.
+	merge := fmt.Sprintf(`{"format":1,"device":"dev-x","store":%q,"covers":"2026-01-01T00:00:00Z","records":[
+{"table_name":"notes","record_id":"m","state":{"a":1},"clock":{"d":["dev-x"],"n":[%d,0,{}]},"is_deleted":false}]}`, b.store(), int64(3*maxJump))
+	writeRaw(t, remote, "2026/01/02/merge_20260102T000000.000Z_dev-x.json.gz", true, merge)
+	if r := b.sync(); len(r.Rejected) != 1 || !errors.Is(r.Rejected[0].Err, ErrCorruptFile) || !strings.Contains(r.Rejected[0].Err.Error(), "2^32") {
+		t.Fatalf("merge file with a far version: rejected %v", r.Rejected)
 	}
-	var de *Error
-	if !errors.As(err, &de) {
-		t.Fatalf("%T is not *Error", err)
+	// The store can still stamp: the largest accepted version is far
+	// below the limit.
+	if got := b.maxVersion(); got > 2*maxJump {
+		t.Fatalf("max version %d", got)
 	}
 }
 

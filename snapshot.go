@@ -82,6 +82,9 @@ type stateHeader struct {
 	cutoff   time.Time // snapshots: compaction may delete patch files named before it
 	included []string  // snapshots: the patch and merge files the state holds
 	knows    []string  // snapshots: the older snapshots its writer had checked (see chooseSnapshot)
+	// verified: the writer read the file back under the store's limits
+	// before uploading it, so every device can read it (see verifyState).
+	verified bool
 }
 
 func appendNames(b []byte, names []string) []byte {
@@ -114,6 +117,7 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 		b = jsonv.AppendString(b, h.cutoff.UTC().Format(time.RFC3339Nano))
 		b = appendNames(append(b, `,"included":`...), h.included)
 		b = appendNames(append(b, `,"knows":`...), h.knows)
+		b = append(b, `,"verified":true`...) // writeState uploads it only then
 	}
 	b = append(b, `,"records":[`...)
 	if _, err := bw.Write(b); err != nil {
@@ -160,6 +164,10 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 	return records, gz.Close()
 }
 
+// maxHeldName bounds a file name in a snapshot header: the longest name
+// the engine writes is about 120 bytes.
+const maxHeldName = 256
+
 // stateEntry is one record of a state file.
 type stateEntry struct {
 	Table   string          `json:"table_name"`
@@ -174,14 +182,15 @@ type stateEntry struct {
 // hands every validated record to emit; with emit nil it stops after the
 // header. As for patch files, callers spool the records and discard the
 // spool on error: a bad file is never half-applied.
-func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int64, emit func(fileChange) error) (stateHeader, error) {
+func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileChange) error) (stateHeader, error) {
 	var h stateHeader
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return h, fmt.Errorf("not gzip: %w", err)
 	}
 	defer gz.Close()
-	values := &valueLimiter{r: &limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"}, limit: math.MaxInt64}
+	maxRecord := l.MaxRecordSize
+	values := &valueLimiter{r: &limitedReader{r: gz, n: l.MaxSnapshotSize, what: "uncompressed content"}, limit: math.MaxInt64}
 	dec := json.NewDecoder(values)
 	dec.UseNumber()
 	valueBound := 4*maxRecord + 64<<10 // content and clock
@@ -226,6 +235,10 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 			if err := dec.Decode(&h.store); err != nil {
 				return h, fmt.Errorf("store: %w", err)
 			}
+		case "verified":
+			if err := dec.Decode(&h.verified); err != nil {
+				return h, fmt.Errorf("verified: %w", err)
+			}
 		case "covers", "cutoff":
 			var text string
 			if err := dec.Decode(&text); err != nil {
@@ -240,13 +253,27 @@ func decodeStateFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 			} else {
 				h.cutoff = at
 			}
-		case "included":
-			if err := dec.Decode(&h.included); err != nil {
-				return h, fmt.Errorf("included: %w", err)
+		case "included", "knows":
+			// Lists of file names have their own bound, not a record's:
+			// a busy store holds many files.
+			values.limit = dec.InputOffset() + l.MaxHeldFiles*(maxHeldName+4) + 64<<10
+			var names []string
+			if err := dec.Decode(&names); err != nil {
+				return h, fmt.Errorf("%s: %w", key, err)
 			}
-		case "knows":
-			if err := dec.Decode(&h.knows); err != nil {
-				return h, fmt.Errorf("knows: %w", err)
+			if int64(len(names)) > l.MaxHeldFiles {
+				return h, fmt.Errorf("%w: %s lists %d files, over the store's MaxHeldFiles (%d)", errTooLarge, key, len(names), l.MaxHeldFiles)
+			}
+			for _, name := range names {
+				kind, _, _, ok := parseFileName(name)
+				if !ok || len(name) > maxHeldName || (kind == kindSnapshot) != (key == "knows") {
+					return h, fmt.Errorf("%s: %q is not a name of the right kind", key, name)
+				}
+			}
+			if key == "knows" {
+				h.knows = names
+			} else {
+				h.included = names
 			}
 		case "records":
 			if format == 0 || h.device == "" || h.store == "" || h.covers.IsZero() {
@@ -572,23 +599,27 @@ func (s *syncRun) inTx(ctx context.Context, fn func() error) error {
 // newest first, and loads those that hold what it lacks. A device with no
 // state, or one joining a store, loads the newest readable one; any device
 // loads a snapshot that holds a file, or knows an older snapshot, that it
-// has neither applied nor listed now. Compaction deletes only files that a
-// snapshot still on the remote holds, and snapshots that such a
-// snapshot's writer had checked (see compact), so a device that finds
-// nothing missing in the new snapshots it lists has lost nothing to
-// compaction, however long it was away and whatever the devices' clocks
-// say.
+// has not applied and will not download in this sync (one it rejected
+// counts as not applied). Compaction deletes only files that a snapshot
+// still on the remote holds, and snapshots that such a snapshot's writer
+// had checked (see compact), so a device that finds nothing missing in the
+// new snapshots it lists has lost nothing to compaction, however long it
+// was away and whatever the devices' clocks say.
+//
+// A snapshot is recorded as checked (s.checked) or loaded only once it
+// was read; one that cannot be read is rejected and read again later,
+// like any rejected file.
 func (s *syncRun) chooseSnapshot(ctx context.Context, snaps []RemoteFile) error {
 	slices.SortFunc(snaps, func(a, b RemoteFile) int { return strings.Compare(b.Name, a.Name) }) // newest first
 	s.snaps = snaps
 	force := s.bootstrap || s.joining
 	for _, f := range snaps {
-		if _, known := s.known[f.Name]; known {
+		if k, known := s.known[f.Name]; known && !s.byName[f.Name] && (k.held() || s.stillRejected(k, f)) {
 			continue
 		}
-		s.newSnaps = append(s.newSnaps, f)
 		if s.covers[f.Name] {
-			continue // a snapshot loaded here knows it: it holds what f holds
+			s.checked = append(s.checked, f) // a snapshot loaded here knows it: it holds what f holds
+			continue
 		}
 		if force && len(s.loaded) == 0 {
 			if err := s.loadSnapshot(ctx, f); err != nil {
@@ -597,31 +628,58 @@ func (s *syncRun) chooseSnapshot(ctx context.Context, snaps []RemoteFile) error 
 			continue
 		}
 		h, err := s.header(ctx, f.Name)
-		if err != nil {
-			var re rejection
-			if errors.As(err, &re) {
-				s.reject(&downloaded{name: f.Name, size: f.Size}, re.err)
-				continue
-			}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			s.snapshotGone(f)
+			continue
+		case errors.As(err, new(rejection)):
+			s.reject(&downloaded{name: f.Name, size: f.Size}, err.(rejection).err)
+			continue
+		case err != nil:
 			return err
 		}
-		if name, ok := s.lacks(h); ok {
-			s.e.log.Info("drivesync: a snapshot holds a file this device has not applied and cannot download; loading the snapshot", "snapshot", f.Name, "file", name)
-			if err := s.loadSnapshot(ctx, f); err != nil {
-				return err
-			}
+		name, ok := s.lacks(h)
+		if !ok {
+			s.checked = append(s.checked, f)
+			continue
+		}
+		s.e.log.Info("drivesync: a snapshot holds a file this device has not applied and cannot download; loading the snapshot", "snapshot", f.Name, "file", name)
+		if err := s.loadSnapshot(ctx, f); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// lacks returns a file or snapshot that h names and this device has
-// neither applied, nor listed in this sync, nor in a snapshot it loads.
+// snapshotGone handles a snapshot deleted before this sync could read it:
+// compaction removes only snapshots that a newer one knows, so the newer
+// one, listed now or soon, holds what it held.
+func (s *syncRun) snapshotGone(f RemoteFile) {
+	if s.byName[f.Name] {
+		s.forget = append(s.forget, f.Name)
+	}
+}
+
+// lacks returns a file or snapshot that h names and that this device does
+// not hold: not applied (or, for a snapshot, checked), not held by a
+// snapshot loaded in this sync, and not about to be read in this sync. A
+// file it rejected earlier and does not read again now is lacking: h's
+// writer could read it, so h brings its content.
 func (s *syncRun) lacks(h stateHeader) (string, bool) {
+	fetching := map[string]bool{}
+	for _, d := range s.download {
+		fetching[d.name] = true
+	}
 	for _, names := range [][]string{h.included, h.knows} {
 		for _, name := range names {
-			if k, known := s.known[name]; s.covers[name] || s.listed[name] || (known && k.status == "applied") {
+			k, known := s.known[name]
+			switch {
+			case s.covers[name], known && k.held(), fetching[name]:
 				continue
+			case s.listed[name] && !known:
+				continue // a snapshot checked later in this sync
+			case s.listed[name] && !s.stillRejected(k, RemoteFile{Name: name, Size: k.size}):
+				continue // a rejected snapshot read again in this sync
 			}
 			return name, true
 		}
@@ -654,7 +712,7 @@ func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, err
 	}
 	defer rc.Close()
 	src := &countingReader{r: rc}
-	h, err := decodeStateFile(src, device, s.limits.MaxSnapshotSize, s.limits.MaxRecordSize, nil)
+	h, err := decodeStateFile(src, device, s.limits, nil)
 	switch {
 	case err == nil && h.store != s.store:
 		return h, rejection{fmt.Errorf("%w: it belongs to store %s, not %s", ErrCorruptFile, h.store, s.store)}
@@ -683,7 +741,7 @@ func classifyFileErr(err error) error {
 // downloaded. A snapshot that cannot be read, or that was deleted since
 // the listing, is skipped.
 func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
-	d := &downloaded{name: f.Name, size: f.Size, kind: kindSnapshot}
+	d := &downloaded{name: f.Name, size: f.Size, kind: kindSnapshot, byName: s.byName[f.Name]}
 	h, err := s.fetchStateFile(ctx, d, s.limits.MaxSnapshotSize)
 	if err != nil || d.spool == nil {
 		return err
@@ -696,35 +754,38 @@ func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
 	return nil
 }
 
-// coverMissing takes the listed files this sync could not apply, deleted
-// before it could download them or of a newer format, from a listed
-// snapshot that holds them (its writer could read them), loading that
-// snapshot. A deleted file that no listed snapshot holds stops the sync:
-// the next one lists the remote again and finds the snapshot that
-// replaced it. A newer file that none holds stays rejected.
+// coverMissing takes the files this sync could not apply — deleted
+// before it could download them, or rejected: truncated, corrupt, too
+// large or of a newer format — from a listed snapshot that holds them (its
+// writer could read them), loading that snapshot. A rejected snapshot is
+// taken from a listed snapshot that knows it. A deleted file that no
+// listed snapshot holds stops the sync: the next one lists the remote
+// again and finds the snapshot that replaced it. A rejected file that none
+// holds stays rejected and is read again later.
 func (s *syncRun) coverMissing(ctx context.Context) error {
 	var missing []string
 	for _, d := range s.gone {
 		missing = append(missing, d.name)
 	}
 	for _, r := range s.report.Rejected {
-		if k, _, _, ok := parseFileName(r.Name); ok && k != kindSnapshot && errors.Is(r.Err, ErrUnsupportedFormat) {
-			missing = append(missing, r.Name)
-		}
+		missing = append(missing, r.Name)
 	}
 	for _, name := range missing {
 		for _, f := range s.snaps {
 			if s.covers[name] {
 				break
 			}
+			if f.Name == name {
+				continue
+			}
 			h, err := s.header(ctx, f.Name)
+			if errors.As(err, new(rejection)) || errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
 			if err != nil {
-				if errors.As(err, new(rejection)) {
-					continue
-				}
 				return err
 			}
-			if slices.Contains(h.included, name) {
+			if slices.Contains(h.included, name) || slices.Contains(h.knows, name) {
 				if err := s.loadSnapshot(ctx, f); err != nil {
 					return err
 				}
@@ -752,7 +813,9 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		if d.kind == kindMerge {
-			s.gone = append(s.gone, d)
+			s.vanished(d)
+		} else {
+			s.snapshotGone(RemoteFile{Name: d.name})
 		}
 		return stateHeader{}, nil
 	}
@@ -767,13 +830,16 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	var maxV int64
 	var spoolErr error
 	src := &countingReader{r: &limitedReader{r: rc, n: limit, what: "compressed file"}}
-	h, err := decodeStateFile(src, device, limit, s.limits.MaxRecordSize, func(c fileChange) error {
+	h, err := decodeStateFile(src, device, s.limits, func(c fileChange) error {
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)
 		return spoolErr
 	})
 	if err == nil && h.store != s.store {
 		err = rejection{fmt.Errorf("it belongs to store %s, not %s", h.store, s.store)}
+	}
+	if err == nil {
+		err = s.checkJump(maxV)
 	}
 	if err != nil {
 		sp.close()
@@ -807,6 +873,12 @@ func (s *syncRun) maintain(ctx context.Context, force bool) error {
 	y2, m2, _ := s.cursor.UTC().Date()
 	if force || ((y1 != y2 || m1 != m2) && !s.emptyState(ctx)) {
 		name, err := s.writeState(ctx, kindSnapshot)
+		if errors.Is(err, errUnreadableState) && !force {
+			// Nothing is lost: the patch files stay, uncompacted. Try
+			// again next month rather than at every sync.
+			e.log.Error("drivesync: the monthly snapshot was not written; the remote keeps every patch file until one can be", "err", err)
+			return s.setMetas(ctx, metaSnapshot, s.cursor.UTC().Format(time.RFC3339Nano))
+		}
 		if err != nil {
 			return err
 		}
@@ -872,6 +944,9 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 	if err != nil {
 		return "", &Error{Op: op, Err: err}
 	}
+	if err := s.verifyState(f); err != nil {
+		return "", &Error{Op: op, Err: fmt.Errorf("%w: %w (not uploaded: other devices could not read it)", errUnreadableState, err)}
+	}
 	now, err := e.cfg.Remote.Now(ctx)
 	if err != nil {
 		return "", remoteErr(op, "", err)
@@ -903,6 +978,32 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 	}
 }
 
+// errUnreadableState marks a snapshot or merge file this device wrote that
+// fails the checks every reader applies under the store's limits.
+var errUnreadableState = errors.New("this device's state does not fit the store's limits")
+
+// verifyState reads back a state file this device wrote, exactly as every
+// device that downloads it will: a file that would be rejected must never
+// be uploaded, and above all never become the authority that compaction
+// deletes the files it replaces on.
+func (s *syncRun) verifyState(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() > s.limits.MaxSnapshotSize {
+		return fmt.Errorf("%w: %d bytes, over the store's MaxSnapshotSize (%d)", ErrFileTooLarge, fi.Size(), s.limits.MaxSnapshotSize)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	_, err = decodeStateFile(bufio.NewReader(f), s.e.deviceID, s.limits, func(fileChange) error { return nil })
+	if err != nil {
+		return classifyFileErr(err)
+	}
+	return nil
+}
+
 // heldFiles returns the patch and merge files on the remote that this
 // device applied, and the snapshots on it that this device checked (see
 // chooseSnapshot); it forgets applied files the remote no longer has.
@@ -915,23 +1016,28 @@ func (s *syncRun) heldFiles(ctx context.Context) (held, knows []string, err erro
 	for _, f := range files {
 		present[f.Name] = true
 	}
-	rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_files WHERE status = 'applied' ORDER BY name`)
+	rows, err := s.conn.QueryContext(ctx, `SELECT name, status FROM sync_files WHERE status IN ('applied', 'checked') ORDER BY name`)
 	if err != nil {
 		return nil, nil, &Error{Op: "snapshot", Err: err}
 	}
 	var gone []string
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var name, status string
+		if err := rows.Scan(&name, &status); err != nil {
 			rows.Close()
 			return nil, nil, &Error{Op: "snapshot", Err: err}
 		}
+		// Oldest first, and no more than the store lets a header list:
+		// a file left out is neither compacted nor skipped by a new
+		// device, which costs bytes but loses nothing.
 		switch k, _, _, _ := parseFileName(name); {
 		case !present[name]:
 			gone = append(gone, name)
 		case k == kindSnapshot:
-			knows = append(knows, name)
-		default:
+			if int64(len(knows)) < s.limits.MaxHeldFiles {
+				knows = append(knows, name)
+			}
+		case status == fileApplied && int64(len(held)) < s.limits.MaxHeldFiles:
 			held = append(held, name)
 		}
 	}
@@ -960,24 +1066,53 @@ func (s *syncRun) compact(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", remoteErr("compact", "", err)
 	}
-	var authority string
+	// The authority must be readable by every device: a snapshot this
+	// device read whole (or wrote), or one whose writer read it back under
+	// the store's limits before uploading it (its header says so). A
+	// header alone proves nothing of the records behind it, and deleting
+	// the files a snapshot replaces on the word of one no device can read
+	// would lose them.
+	applied := map[string]bool{}
+	rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_files WHERE status = 'applied' AND name LIKE '%/snapshot\_%' ESCAPE '\'`)
+	if err != nil {
+		return "", &Error{Op: "compact", Err: err}
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return "", &Error{Op: "compact", Err: err}
+		}
+		applied[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", &Error{Op: "compact", Err: err}
+	}
+	var candidates []string
 	for _, f := range files {
 		kind, at, _, ok := parseFileName(f.Name)
-		if ok && kind == kindSnapshot && !at.After(now.Add(-e.cfg.ListOverlap)) && f.Name > authority {
-			authority = f.Name
+		if ok && kind == kindSnapshot && !at.After(now.Add(-e.cfg.ListOverlap)) {
+			candidates = append(candidates, f.Name)
+		}
+	}
+	slices.Sort(candidates)
+	var authority string
+	var h stateHeader
+	for i := len(candidates) - 1; i >= 0 && authority == ""; i-- {
+		name := candidates[i]
+		hh, err := s.readHeader(ctx, name)
+		switch {
+		case errors.As(err, new(rejection)) || errors.Is(err, fs.ErrNotExist):
+			e.log.Warn("drivesync: a snapshot cannot be read; not compacting on its authority", "file", name, "err", err)
+		case err != nil:
+			return "", err
+		case applied[name] || hh.verified:
+			authority, h = name, hh
 		}
 	}
 	if authority == "" {
 		return "", nil
-	}
-	h, err := s.readHeader(ctx, authority)
-	if err != nil {
-		var re rejection
-		if errors.As(err, &re) {
-			e.log.Warn("drivesync: not compacting: the newest snapshot cannot be read", "file", authority, "err", err)
-			return "", nil
-		}
-		return "", err
 	}
 	// Only what the authority holds: the files it names, and the older
 	// snapshots its writer had checked (a snapshot written by a device

@@ -168,7 +168,7 @@ func snapshotRecords(b *testing.B, dir, name string, want int) (size int64) {
 	defer f.Close()
 	_, _, device, _ := parseFileName(name)
 	records := 0
-	_, err = decodeStateFile(f, device, DefaultMaxSnapshotSize, DefaultMaxRecordSize, func(fileChange) error {
+	_, err = decodeStateFile(f, device, Limits{}.withDefaults(), func(fileChange) error {
 		records++
 		return nil
 	})

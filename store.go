@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS sync_files (
 	size INTEGER NOT NULL,
 	detail TEXT NOT NULL DEFAULT '',
 	checked_at INTEGER NOT NULL DEFAULT 0,
-	reader TEXT NOT NULL DEFAULT ''
+	reader TEXT NOT NULL DEFAULT '',
+	attempts INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_outbox (
 	name TEXT NOT NULL,
@@ -85,8 +86,30 @@ const (
 	metaSnapshot   = "snapshot"      // the newest snapshot seen or written
 	metaCompact    = "compact"       // this device's snapshot whose compaction is due
 	metaJoin       = "join"          // set by JoinRemote until the merge file is uploaded
-	schemaVersion  = "1"
+	schemaVersion  = "2"
 )
+
+// sync_files.status values. A patch or merge file is applied or rejected.
+// A snapshot is applied when this device loaded it or wrote it (then every
+// record of it was read and checked: compaction may act on its authority),
+// checked when only its header was read and showed nothing this device
+// lacks, rejected when it could not be read.
+const (
+	fileApplied  = "applied"
+	fileChecked  = "checked"
+	fileRejected = "rejected"
+)
+
+// migrations bring an older engine schema up to date, in order; each runs
+// once, in the transaction of Open.
+var migrations = map[string][]string{
+	// Schema 1 recorded every snapshot seen as applied, even one whose
+	// header alone was read: none of them is known to be complete.
+	"1": {
+		`ALTER TABLE sync_files ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0`,
+		`UPDATE sync_files SET status = 'checked' WHERE status = 'applied' AND name LIKE '%/snapshot\_%' ESCAPE '\'`,
+	},
+}
 
 // Names of the engine's tables, which an app table may not use.
 var reservedTables = map[string]bool{
@@ -256,6 +279,20 @@ func getMetaInt(ctx context.Context, q querier, key string) (int64, error) {
 // installSchema creates the engine's tables and this device's identity.
 // It is idempotent and runs in the caller's transaction.
 func installSchema(ctx context.Context, q querier, deviceID string) (string, error) {
+	var from string
+	var installed bool
+	err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_meta')`).Scan(&installed)
+	if err == nil && installed {
+		from, err = getMeta(ctx, q, metaSchema)
+	}
+	if err != nil {
+		return "", fmt.Errorf("drivesync: install schema: %w", err)
+	}
+	for _, stmt := range migrations[from] {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return "", fmt.Errorf("drivesync: upgrade schema %s: %w", from, err)
+		}
+	}
 	if _, err := q.ExecContext(ctx, schemaSQL); err != nil {
 		return "", fmt.Errorf("drivesync: install schema: %w", err)
 	}

@@ -69,7 +69,7 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	// Whatever happened, the connection goes back to the app's pool
 	// outside any transaction.
 	defer endTx(conn)
-	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}, headers: map[string]stateHeader{}, covers: map[string]bool{}}
+	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}, headers: map[string]stateHeader{}, covers: map[string]bool{}, byName: map[string]bool{}}
 	defer s.cleanup()
 	err = fn(s)
 	return s.report, err
@@ -95,6 +95,7 @@ type syncRun struct {
 	rejectedSizes map[string]int64
 	since         time.Time // this listing's start: the previous cursor less the overlap
 	maxSeen       int64
+	seenBefore    int64 // the largest version seen before this sync: received ones may not jump far above it
 	planBase      int64 // sync_meta.max_version when the plan was made
 
 	dataVersion int64  // PRAGMA data_version when the pending rows were read
@@ -113,35 +114,61 @@ type syncRun struct {
 	joining   bool                   // JoinRemote was called: load the snapshot, then upload a merge file
 	snaps     []RemoteFile           // the snapshots listed, newest first
 	headers   map[string]stateHeader // the snapshot headers read
-	newSnaps  []RemoteFile           // snapshots listed for the first time
 	loaded    []*downloaded          // the snapshots to apply first, if any
 	covers    map[string]bool        // the files and snapshots they hold: recorded as applied
 	gone      []*downloaded          // listed files deleted before they were downloaded
+	byName    map[string]bool        // rejected snapshots read again by name
+	checked   []RemoteFile           // new snapshots whose header showed nothing lacking
+	forget    []string               // rejected files found gone when read again
 }
 
 type knownFile struct {
-	status    string // "applied" or "rejected"
+	status    string // fileApplied, fileChecked or fileRejected
 	size      int64
-	checkedAt int64  // when it was rejected (Unix seconds)
-	reader    string // readerKey when it was rejected
+	checkedAt int64  // when it was rejected, by the remote's clock (Unix seconds)
+	reader    string // Limits.key when it was rejected
+	attempts  int64  // reads that rejected it in a row
 }
 
-// rejectRetry is how long a rejected file that has not changed is left
-// alone: a folder-sync tool may still be writing it.
-const rejectRetry = time.Hour
+// held reports whether this device holds what the file holds: it applied
+// it, or, for a snapshot, checked that it holds nothing this device lacks.
+func (k knownFile) held() bool { return k.status == fileApplied || k.status == fileChecked }
 
-// stillRejected reports whether a file rejected earlier should be skipped
-// without downloading it again.
+// rejectRetry is how long a rejected file is left alone before it is read
+// again: a folder-sync tool may still be writing it. The delay doubles
+// with each read that rejects it again, up to rejectRetryMax, so that a
+// file that is broken for good costs one download a day.
+const (
+	rejectRetry    = time.Hour
+	rejectRetryMax = 24 * time.Hour
+)
+
+// retryDue reports whether a rejected file should be read again: its
+// reason may have gone, because this app now reads other formats or the
+// store other limits, or because enough time has passed.
+func (s *syncRun) retryDue(k knownFile) bool {
+	if k.reader != s.limits.key() {
+		return true
+	}
+	wait := rejectRetryMax
+	if k.attempts < 6 {
+		wait = min(rejectRetry<<max(k.attempts-1, 0), rejectRetryMax)
+	}
+	return s.cursor.Sub(time.Unix(k.checkedAt, 0)) >= wait
+}
+
+// stillRejected reports whether a listed file rejected earlier should be
+// skipped without downloading it again. A new size means new content.
 func (s *syncRun) stillRejected(k knownFile, f RemoteFile) bool {
-	return k.size == f.Size && k.reader == s.limits.key() &&
-		time.Since(time.Unix(k.checkedAt, 0)) < rejectRetry
+	return k.status == fileRejected && k.size == f.Size && !s.retryDue(k)
 }
 
 type downloaded struct {
-	name  string
-	size  int64
-	kind  fileKind
-	spool *spool // nil until downloaded and valid
+	name   string
+	size   int64 // -1 when read by name, not from a listing
+	kind   fileKind
+	byName bool   // a rejected file the listing no longer shows, read again
+	spool  *spool // nil until downloaded and valid
 }
 
 func (s *syncRun) cleanup() {
@@ -210,7 +237,7 @@ func (s *syncRun) run(ctx context.Context) error {
 	if err := s.hook("planned"); err != nil {
 		return err
 	}
-	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.newSnaps) == 0 {
+	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.checked) == 0 && len(s.forget) == 0 {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
 		return s.saveCursor(ctx)
@@ -284,15 +311,18 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		return &Error{Op: "sync", Err: err}
 	}
 	s.joining = join != ""
+	if s.seenBefore, err = getMetaInt(ctx, s.conn, metaMaxVersion); err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
 	s.known = map[string]knownFile{}
-	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size, checked_at, reader FROM sync_files`)
+	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size, checked_at, reader, attempts FROM sync_files`)
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
 	for rows.Next() {
 		var name string
 		var k knownFile
-		if err := rows.Scan(&name, &k.status, &k.size, &k.checkedAt, &k.reader); err != nil {
+		if err := rows.Scan(&name, &k.status, &k.size, &k.checkedAt, &k.reader, &k.attempts); err != nil {
 			rows.Close()
 			return &Error{Op: "sync", Err: err}
 		}
@@ -311,10 +341,25 @@ func (s *syncRun) fetch(ctx context.Context) error {
 			snaps = append(snaps, f)
 			continue
 		}
-		if k, seen := s.known[f.Name]; seen && (k.status == "applied" || s.stillRejected(k, f)) {
+		if k, seen := s.known[f.Name]; seen && (k.held() || s.stillRejected(k, f)) {
 			continue
 		}
 		s.download = append(s.download, &downloaded{name: f.Name, size: f.Size, kind: kind})
+	}
+	// A remote may list only files created since the cursor: a rejected
+	// file is read again by name once its reason may have gone, however
+	// old it is.
+	for name, k := range s.known {
+		kind, _, _, ok := parseFileName(name)
+		if !ok || k.status != fileRejected || s.listed[name] || !s.retryDue(k) {
+			continue
+		}
+		if kind == kindSnapshot {
+			snaps = append(snaps, RemoteFile{Name: name, Size: -1})
+			s.byName[name] = true
+			continue
+		}
+		s.download = append(s.download, &downloaded{name: name, size: -1, kind: kind, byName: true})
 	}
 	slices.SortFunc(s.download, func(a, b *downloaded) int { return cmp.Compare(a.name, b.name) })
 	if err := s.chooseSnapshot(ctx, snaps); err != nil {
@@ -352,7 +397,7 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
-		s.gone = append(s.gone, d) // deleted since the listing (compacted?)
+		s.vanished(d)
 		return nil
 	}
 	if err != nil {
@@ -371,6 +416,9 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		spoolErr = sp.add(c)
 		return spoolErr
 	})
+	if err == nil {
+		err = s.checkJump(maxV)
+	}
 	if err != nil {
 		sp.close()
 		return s.readFailed(ctx, d, src, spoolErr, err)
@@ -378,6 +426,31 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	d.spool = sp
 	s.maxSeen = max(s.maxSeen, maxV)
 	return nil
+}
+
+// checkJump rejects a file whose largest version v is far above anything
+// this device had seen (see maxJump). The bound is taken from before the
+// sync, so that it does not depend on the order files arrive in; a file
+// rejected for it is read again later, when the device may have seen the
+// files in between.
+func (s *syncRun) checkJump(v int64) error {
+	if v > s.seenBefore+maxJump {
+		return fmt.Errorf("version %d is more than 2^32 above the largest this device has seen (%d): the file is broken or hostile", v, s.seenBefore)
+	}
+	return nil
+}
+
+// vanished handles a file that was gone when this sync opened it. A
+// listed file was deleted since the listing (compacted): a snapshot must
+// bring what it held (see coverMissing). A rejected file read again by
+// name is simply forgotten: a snapshot that holds it is still loaded when
+// it is listed, because this device never applied it.
+func (s *syncRun) vanished(d *downloaded) {
+	if d.byName {
+		s.forget = append(s.forget, d.name)
+		return
+	}
+	s.gone = append(s.gone, d)
 }
 
 // readFailed sorts out why reading remote file d failed: a cancelled

@@ -1,0 +1,174 @@
+package drivesync
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// truncatingRemote serves the first half of the files named in cut, as a
+// folder-sync tool still writing them would.
+type truncatingRemote struct {
+	Remote
+	mu  sync.Mutex
+	cut map[string]bool
+}
+
+func (r *truncatingRemote) setCut(names ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cut = map[string]bool{}
+	for _, n := range names {
+		r.cut[n] = true
+	}
+}
+
+func (r *truncatingRemote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	rc, err := r.Remote.Open(ctx, name)
+	r.mu.Lock()
+	cut := r.cut[name]
+	r.mu.Unlock()
+	if err != nil || !cut {
+		return rc, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b[:len(b)/2])), nil
+}
+
+// listNamesOf returns the names of the remote's files of one kind.
+func listNamesOf(t *testing.T, r Remote, kind fileKind) []string {
+	t.Helper()
+	files, err := r.List(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range files {
+		if k, _, _, ok := parseFileName(f.Name); ok && k == kind {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// A snapshot a device could not read stays rejected, and is read again
+// (by name: the remote no longer lists it to that device) once it may
+// have been completed. Before, it was recorded as applied and never
+// loaded, and the patch file it replaced was lost to that device.
+func TestRejectedSnapshotReadAgain(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	tb := &truncatingRemote{Remote: mem}
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
+	withRetention(a, time.Minute)
+	withRetention(b, time.Minute)
+	a.put("r1", `{"v":1}`)
+	a.sync()
+	b.sync()
+	a.put("r2", `{"v":2}`)
+	a.sync()
+	clk.add(40 * time.Minute)
+	if _, err := a.eng.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(20 * time.Minute)
+	r, err := a.eng.Snapshot(context.Background()) // compacts with the first snapshot: r2's file goes
+	if err != nil || r.Deleted == 0 {
+		t.Fatalf("compaction deleted %d files, err %v", r.Deleted, err)
+	}
+	tb.setCut(listNamesOf(t, mem, kindSnapshot)...)
+	r = b.sync()
+	if len(r.Rejected) == 0 {
+		t.Fatalf("b read the truncated snapshots: %+v", r)
+	}
+	tb.setCut()
+	clk.add(5 * time.Minute)
+	b.sync() // within the retry delay: nothing read again
+	clk.add(2 * time.Hour)
+	r = b.sync()
+	if b.get("r2") == "" {
+		t.Fatalf("b never got r2 from the snapshot it first could not read: %+v", r)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+}
+
+// A rejected patch file is read again by name once it may have changed,
+// although the remote lists only files created since the cursor.
+func TestRejectedFileReadAgainByName(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	tb := &truncatingRemote{Remote: mem}
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
+	a.put("n", `{"v":1}`)
+	a.sync()
+	tb.setCut(listNamesOf(t, mem, kindPatch)...)
+	if r := b.sync(); len(r.Rejected) != 1 {
+		t.Fatalf("rejected %v, want the truncated file", r.Rejected)
+	}
+	tb.setCut()
+	clk.add(30 * time.Minute)
+	if r := b.sync(); len(r.Downloaded) != 0 {
+		t.Fatalf("read again within the retry delay: %v", r.Downloaded)
+	}
+	clk.add(2 * time.Hour) // the file is now far behind b's listing window
+	r := b.sync()
+	if b.get("n") == "" {
+		t.Fatalf("the completed file was never read again: %+v", r)
+	}
+}
+
+// A patch file truncated in place on a shared folder is rejected by a
+// device that joins; a snapshot written by a device that had applied the
+// file brings its records to that device.
+func TestCorruptFileHealedBySnapshot(t *testing.T) {
+	dir := t.TempDir()
+	remote, err := NewFolderRemote(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newDevice(t, "dev-a", remote)
+	for i := range 50 {
+		a.put("r"+string(rune('A'+i%26))+string(rune('a'+i/26)), `{"v":1}`)
+	}
+	a.sync()
+	patches := listNamesOf(t, remote, kindPatch)
+	if len(patches) != 1 {
+		t.Fatalf("patches %v", patches)
+	}
+	path := filepath.Join(dir, filepath.FromSlash(patches[0]))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newDevice(t, "dev-c", remote)
+	if r := c.sync(); len(r.Rejected) != 1 {
+		t.Fatalf("c: rejected %v, want the truncated file", r.Rejected)
+	}
+	if _, err := a.eng.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := c.sync()
+	var got int
+	if err := c.db.QueryRow(`SELECT count(*) FROM notes`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != 50 {
+		t.Fatalf("c holds %d records after a snapshot holding the truncated file appeared, want 50: %+v", got, r)
+	}
+	assertConverged(t, a, c)
+}
