@@ -262,7 +262,7 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size, detail, checked_at, reader, attempts) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, 1)
 ON CONFLICT (name) DO UPDATE SET size = excluded.size, detail = excluded.detail, checked_at = excluded.checked_at, reader = excluded.reader,
 	attempts = CASE WHEN status = 'rejected' THEN attempts + 1 ELSE 1 END, status = 'rejected'`,
-			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), s.cursor.Unix(), s.limits.key()); err != nil {
+			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), s.cursor.Unix(), s.readerKeys[r.Name]); err != nil {
 			return err
 		}
 	}

@@ -9,14 +9,21 @@ import "strings"
 // files the others refuse, which would split them.
 const maxVersion = 1 << 53
 
-// maxJump bounds how far above everything a device has seen a received
-// version may be. Versions grow by one per change, so an honest file is
-// never far ahead: one that jumps more is broken or hostile, and is
-// rejected. Without this bound one file stamped near maxVersion would
-// stop the store from stamping changes for good, on every device and
-// through every snapshot. With it, the largest version a device holds
-// grows by at most maxJump per sync, and reaching maxVersion would take
-// two million syncs that each accept a hostile file.
+// maxJump bounds how far above the largest version a device has seen a
+// received version may be. Versions grow by one per change, so an honest
+// file is never that far ahead: one that jumps more is broken or hostile,
+// and is rejected. Without this bound one file stamped near maxVersion
+// would stop the store from stamping changes for good, on every device
+// and through every snapshot. With it, the largest version a device holds
+// grows by at most maxJump per sync: reaching maxVersion would take two
+// million syncs that each accept a hostile file.
+//
+// The bound is relative, so two devices that have seen different things
+// may judge a file near it differently. A file rejected for its jump is
+// therefore read again once the device's own largest version has grown
+// (see retryDue): a device that was behind catches up as it receives
+// honest files. A device with no state at all takes the snapshot it
+// starts from as it is.
 const maxJump = 1 << 32
 
 // A stamp identifies one write: the Lamport version it was given and the

@@ -838,8 +838,8 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	if err == nil && h.store != s.store {
 		err = rejection{fmt.Errorf("it belongs to store %s, not %s", h.store, s.store)}
 	}
-	if err == nil {
-		err = s.checkJump(maxV)
+	if err == nil && !s.bootstrap {
+		err = s.checkJump(maxV) // a device with no state has nothing to compare
 	}
 	if err != nil {
 		sp.close()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -69,7 +70,7 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	// Whatever happened, the connection goes back to the app's pool
 	// outside any transaction.
 	defer endTx(conn)
-	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}, headers: map[string]stateHeader{}, covers: map[string]bool{}, byName: map[string]bool{}}
+	s := &syncRun{e: e, conn: conn, pending: map[recordKey]pendingEdit{}, rejectedSizes: map[string]int64{}, readerKeys: map[string]string{}, headers: map[string]stateHeader{}, covers: map[string]bool{}, byName: map[string]bool{}}
 	defer s.cleanup()
 	err = fn(s)
 	return s.report, err
@@ -93,9 +94,10 @@ type syncRun struct {
 	known         map[string]knownFile
 	download      []*downloaded
 	rejectedSizes map[string]int64
+	readerKeys    map[string]string // what a rejection was decided under (see retryDue)
 	since         time.Time // this listing's start: the previous cursor less the overlap
 	maxSeen       int64
-	seenBefore    int64 // the largest version seen before this sync: received ones may not jump far above it
+	seenBefore    int64 // the largest version seen before this sync (see checkJump)
 	planBase      int64 // sync_meta.max_version when the plan was made
 
 	dataVersion int64  // PRAGMA data_version when the pending rows were read
@@ -147,6 +149,10 @@ const (
 // reason may have gone, because this app now reads other formats or the
 // store other limits, or because enough time has passed.
 func (s *syncRun) retryDue(k knownFile) bool {
+	if seen, ok := strings.CutPrefix(k.reader, s.limits.key()+jumpSeen); ok {
+		n, err := strconv.ParseInt(seen, 10, 64)
+		return err != nil || s.seenBefore > n
+	}
 	if k.reader != s.limits.key() {
 		return true
 	}
@@ -428,17 +434,20 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	return nil
 }
 
-// checkJump rejects a file whose largest version v is far above anything
-// this device had seen (see maxJump). The bound is taken from before the
-// sync, so that it does not depend on the order files arrive in; a file
-// rejected for it is read again later, when the device may have seen the
-// files in between.
+// checkJump rejects a received file whose largest version v is far above
+// anything this device had seen before this sync (see maxJump). The bound
+// is taken from before the sync so that it does not depend on the order
+// files arrive in.
 func (s *syncRun) checkJump(v int64) error {
 	if v > s.seenBefore+maxJump {
-		return fmt.Errorf("version %d is more than 2^32 above the largest this device has seen (%d): the file is broken or hostile", v, s.seenBefore)
+		return fmt.Errorf("%w: version %d is more than 2^32 above the largest this device has seen (%d)", errVersionJump, v, s.seenBefore)
 	}
 	return nil
 }
+
+// errVersionJump marks a file rejected by checkJump: it is read again as
+// soon as this device has seen larger versions.
+var errVersionJump = errors.New("the file is broken or hostile")
 
 // vanished handles a file that was gone when this sync opened it. A
 // listed file was deleted since the listing (compacted): a snapshot must
@@ -469,9 +478,17 @@ func (s *syncRun) readFailed(ctx context.Context, d *downloaded, src *countingRe
 	return nil
 }
 
+// jumpSeen joins the reader key of a file rejected for its version jump
+// and the largest version the device had seen then.
+const jumpSeen = ", seen "
+
 func (s *syncRun) reject(d *downloaded, err error) {
 	s.e.log.Warn("drivesync: rejected remote file", "file", d.name, "err", err)
 	s.rejectedSizes[d.name] = d.size
+	s.readerKeys[d.name] = s.limits.key()
+	if errors.Is(err, errVersionJump) {
+		s.readerKeys[d.name] += jumpSeen + strconv.FormatInt(s.seenBefore, 10)
+	}
 	s.report.Rejected = append(s.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
 }
 
