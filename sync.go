@@ -95,7 +95,7 @@ type syncRun struct {
 	download      []*downloaded
 	rejectedSizes map[string]int64
 	readerKeys    map[string]string // what a rejection was decided under (see retryDue)
-	since         time.Time // this listing's start: the previous cursor less the overlap
+	since         time.Time         // this listing's start: the previous cursor less the overlap
 	maxSeen       int64
 	seenBefore    int64 // the largest version seen before this sync (see checkJump)
 	planBase      int64 // sync_meta.max_version when the plan was made
