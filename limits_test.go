@@ -147,3 +147,35 @@ func TestSnapshotHeaderOfBusyStore(t *testing.T) {
 	}
 	assertConverged(t, a, c)
 }
+
+// A record that grew past the record limit by merging additions from
+// two devices still takes small edits: the limit bounds what is sent.
+func TestMergedRecordOverLimitTakesEdits(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	a.cfg.Limits = Limits{MaxRecordSize: 2048}
+	a.open()
+	a.put("r", `{"v":0}`)
+	syncAll(t, a, b)
+	fill := func(prefix string) string {
+		var kv []string
+		for i := range 40 {
+			kv = append(kv, fmt.Sprintf(`"%s%02d":"%s"`, prefix, i, strings.Repeat("v", 20)))
+		}
+		return strings.Join(kv, ",")
+	}
+	a.put("r", `{"v":0,`+fill("a")+`}`)
+	b.put("r", `{"v":0,`+fill("b")+`}`)
+	a.sync()
+	b.sync()
+	a.sync()
+	if n := len(a.get("r")); n <= 2048 {
+		t.Fatalf("merged record has %d bytes; the test needs it over the limit", n)
+	}
+	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.v', 1) WHERE id = 'r'`)
+	if r := a.sync(); r.ChangesSent != 1 || len(r.Skipped) != 0 {
+		t.Fatalf("an edit of the grown record was not sent: %+v", r)
+	}
+	b.sync()
+	assertConverged(t, a, b)
+}

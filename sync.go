@@ -626,10 +626,6 @@ func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sq
 		s.skipRecord(t.name, id, errors.New("content is not valid JSON"))
 		return c, true
 	}
-	if n := int64(len(content.String)); n > s.limits.MaxRecordSize {
-		s.skipRecord(t.name, id, fmt.Errorf("content has %d bytes, over the store's MaxRecordSize (%d)", n, s.limits.MaxRecordSize))
-		return c, true
-	}
 	switch {
 	case !rowExists && old == nil:
 		c.flags = planNoop | planRowCanonical // created and deleted between syncs
@@ -652,6 +648,12 @@ func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sq
 		} else {
 			c.flags |= planNoop
 		}
+	}
+	// What readers bound is the patch: a record that merges from several
+	// devices may grow past the limit, and must still take small edits.
+	if n := int64(len(c.patch)); n > s.limits.MaxRecordSize {
+		s.skipRecord(t.name, id, fmt.Errorf("the change has %d bytes, over the store's MaxRecordSize (%d)", n, s.limits.MaxRecordSize))
+		return c, true
 	}
 	return c, false
 }
