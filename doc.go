@@ -72,7 +72,10 @@
 //
 // Everything read from the remote is untrusted. Table names are checked
 // against a strict pattern before any SQL sees them, sizes and gzip
-// expansion are bounded (Config.MaxFileSize, Config.MaxExpandedSize), and
-// a malformed file is rejected whole, reported in Report.Rejected, and
-// does not stop the other files or the upload.
+// expansion are bounded by the store's Limits (recorded in the store's
+// marker, the same for every device), versions by the time a file is
+// named, and a malformed file is rejected whole, reported in
+// Report.Rejected, read again later, and does not stop the other files or
+// the upload. A file a device cannot read reaches it through a snapshot
+// that holds it.
 package drivesync

@@ -15,8 +15,8 @@ var (
 	// ErrUnsupportedFormat marks a remote file written by a newer version
 	// of the library. Upgrade the app to read it.
 	ErrUnsupportedFormat = errors.New("file format is newer than this app: upgrade the app")
-	// ErrFileTooLarge marks a remote file over Config.MaxFileSize or one
-	// that expands beyond Config.MaxExpandedSize.
+	// ErrFileTooLarge marks a remote file over one of the store's Limits,
+	// compressed or expanded, or one of whose records is.
 	ErrFileTooLarge = errors.New("remote file too large")
 	// ErrRemote wraps a failure of the Remote (network, permissions,
 	// quota). The sync can be retried later; nothing was lost.

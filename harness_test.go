@@ -1,17 +1,21 @@
 package drivesync
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -150,6 +154,21 @@ type world struct {
 	ticks     atomic.Int64
 	offset    atomic.Int64
 	retention time.Duration // every device's Config.Retention
+	limits    Limits        // every device's Config.Limits: the store's
+	// damaged[device][name]: until the remote time given, that device
+	// reads the file truncated (a folder-sync tool still writing it) or
+	// as of a newer format (the device runs an older app until then).
+	damaged map[string]map[string]damage
+	// hostile names the files of no device that every device must reject
+	// for their versions; they stay rejected after quiescence.
+	hostile       map[string]bool
+	hostileJumped bool // a hostile file within the version bound was written
+}
+
+// damage is how one device reads one file for a while.
+type damage struct {
+	newer bool // read as of a newer format, else truncated
+	until time.Time
 }
 
 // hiddenFile is a file a device's listings miss for a while.
@@ -233,8 +252,51 @@ func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, e
 	if r.w.roll("open fails", 0.05) {
 		return nil, errFault
 	}
-	return r.base.Open(ctx, name)
+	rc, err := r.base.Open(ctx, name)
+	if err != nil {
+		return rc, err
+	}
+	w := r.w
+	now := w.now()
+	w.mu.Lock()
+	dm, ok := w.damaged[r.device][name]
+	w.mu.Unlock()
+	if !ok || !now.Before(dm.until) {
+		return rc, nil
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	if dm.newer {
+		count("fault file read as a newer format")
+		return io.NopCloser(bytes.NewReader(newerFormat(b))), nil
+	}
+	count("fault file read truncated")
+	return io.NopCloser(bytes.NewReader(b[:len(b)/2])), nil
 }
+
+// newerFormat rewrites a remote file's format number to one no engine
+// reads yet.
+func newerFormat(b []byte) []byte {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return b
+	}
+	plain, err := io.ReadAll(zr)
+	if err != nil {
+		return b
+	}
+	plain = formatRE.ReplaceAll(plain, []byte(`"format":999`))
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	zw.Write(plain)
+	zw.Close()
+	return out.Bytes()
+}
+
+var formatRE = regexp.MustCompile(`^\{"format":[0-9]+`)
 
 func (r *harnessRemote) Create(ctx context.Context, name string, content io.Reader) error {
 	if r.failPatches && strings.Contains(name, "/patch_") {
@@ -247,6 +309,7 @@ func (r *harnessRemote) Create(ctx context.Context, name string, content io.Read
 	if err := r.base.Create(ctx, name, content); err != nil {
 		return err
 	}
+	r.w.damage(r.device, name)
 	if strings.Contains(name, "/snapshot_") {
 		r.crash("snapshot uploaded")
 	}
@@ -263,6 +326,33 @@ func (r *harnessRemote) Create(ctx context.Context, name string, content io.Read
 		}
 	}
 	return nil
+}
+
+// damage makes the other devices read a new file damaged for a while:
+// snapshots often, patch and merge files now and then.
+func (w *world) damage(writer, name string) {
+	p := 0.05
+	if strings.Contains(name, "/snapshot_") {
+		p = 0.3
+	}
+	created := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.faults || name == markerName {
+		return
+	}
+	for _, d := range w.devs {
+		if d == writer || w.rng.Float64() >= p {
+			continue
+		}
+		dm := damage{newer: w.rng.IntN(3) == 0, until: created.Add(time.Duration(10+w.rng.IntN(8*60)) * time.Minute)}
+		w.damaged[d][name] = dm
+		if dm.newer {
+			count("damage: a device reads a new file as a newer format")
+		} else {
+			count("damage: a device reads a new file truncated")
+		}
+	}
 }
 
 func (r *harnessRemote) Delete(ctx context.Context, name string) error {
@@ -430,17 +520,89 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		d.observe(rt)
 		return Report{}, nil
 	}
-	rt.Logf("%s %s: %s -> downloaded %v, uploaded %q, recovered %q, snapshot %q, deleted %d, err %v",
-		at, d.name, op, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, err)
+	var rejected []string
+	for _, f := range r.Rejected {
+		rejected = append(rejected, f.Name)
+	}
+	rt.Logf("%s %s: %s -> downloaded %v, rejected %v, uploaded %q, recovered %q, snapshot %q, deleted %d, err %v",
+		at, d.name, op, r.Downloaded, rejected, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, err)
 	d.observe(rt)
 	countReport(r, snapshot, fresh)
 	if err != nil && strings.Contains(err.Error(), "deleted while this sync ran") {
 		count("sync stopped: a listed file was compacted, no snapshot listed holds it")
 	}
+	if errors.Is(err, errUnreadableState) {
+		count("snapshot refused: over the store's limits")
+		if snapshot {
+			return r, err // Engine.Snapshot says so; a monthly one only logs
+		}
+	}
 	if err != nil && !errors.Is(err, errFault) && !errors.Is(err, ErrRemote) {
 		rt.Fatalf("%s: sync failed with an error that is not an injected fault: %v", d.name, err)
 	}
 	return r, err
+}
+
+// hostileFile writes a patch file of no device stamped with an extreme
+// version: at or beyond the stamping limit, or far above what its time
+// allows (every device must reject it, and keep stamping), or once per
+// schedule right at the bound its time allows (every device must take it,
+// at once or when its clock gets there, and keep stamping above it).
+func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
+	now := w.now().Truncate(time.Millisecond) // the time its name carries
+	kind := rapid.IntRange(0, 3).Draw(rt, "hostileKind")
+	var v int64
+	switch {
+	case kind == 0:
+		v = maxVersion
+	case kind == 1:
+		v = maxVersion + 1
+	case kind == 2 || w.hostileJumped:
+		v = versionsAllowed(now) + 1<<45 + rapid.Int64Range(0, 1<<40).Draw(rt, "far") // a year ahead
+		kind = 2
+	default:
+		v = versionsAllowed(now) - rapid.Int64Range(0, 1<<20).Draw(rt, "belowBound")
+		w.hostileJumped = true
+	}
+	dev := "hostile-" + label
+	name := patchFileName(now, dev)
+	body := fmt.Sprintf(`{"format":1,"device":%q,"changes":[{"table_name":"notes","record_id":"h%s","patch":{"a":"hostile"},"is_deleted":false,"sync_version":%d}]}`, dev, label, v)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte(body))
+	zw.Close()
+	var err error
+	for range 10 { // past the fake Drive's injected faults
+		if err = devs[0].remote.base.Create(context.Background(), name, bytes.NewReader(buf.Bytes())); err == nil || errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		rt.Fatal(err)
+	}
+	if kind == 3 {
+		count("hostile file: versions right at the bound")
+	} else {
+		count("hostile file: versions every device must reject")
+		w.mu.Lock()
+		w.hostile[name] = true
+		w.mu.Unlock()
+	}
+	rt.Logf("hostile file %s at version %d", name, v)
+}
+
+// rejectedUnexpectedly returns the rejections that are not of the
+// schedule's hostile files.
+func (w *world) rejectedUnexpectedly(r Report) []FileError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []FileError
+	for _, f := range r.Rejected {
+		if !w.hostile[f.Name] {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // countReport counts the snapshots and compactions a sync did.
@@ -471,6 +633,41 @@ func countReport(r Report, snapshot, fresh bool) {
 // device's write exactly when that value has appeared in its rows.
 type model struct {
 	hist map[string]map[string][]modelWrite // record -> path -> writes in order
+	// batches: writes also add many keys to a record at once, or remove
+	// every such key, so that removed keys pile up in its clock.
+	batches bool
+}
+
+// batch adds 10-20 keys to record id, or removes every key a batch added.
+// The model does not track them: they exist to grow the record's clock
+// with removals, and the convergence check covers them.
+func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
+	var patch []string
+	if add {
+		for i := range rapid.IntRange(10, 20).Draw(rt, "batchKeys") {
+			patch = append(patch, fmt.Sprintf(`"z%d_%d_%s":%q`, d.seq, i, d.name, val))
+		}
+		count("write: a batch of keys added")
+	} else {
+		rows, err := d.db.Query(`SELECT j.key FROM notes, json_each(notes.content) AS j WHERE notes.id = ? AND j.key LIKE 'z%'`, id)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for rows.Next() {
+			var k string
+			rows.Scan(&k)
+			patch = append(patch, fmt.Sprintf(`%q:null`, k))
+		}
+		rows.Close()
+		if len(patch) == 0 {
+			return
+		}
+		countN("write: batch keys removed", len(patch))
+	}
+	if _, err := d.db.Exec(`UPDATE notes SET content = jsonb_patch(content, ?) WHERE id = ?`, "{"+strings.Join(patch, ",")+"}", id); err != nil {
+		rt.Fatal(err)
+	}
+	rt.Logf("%s: batch on %s: %d keys (add %v)", d.name, id, len(patch), add)
 }
 
 type modelWrite struct {
@@ -511,7 +708,14 @@ func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 	d.seq++
 	val := fmt.Sprintf("%s#%d", d.name, d.seq)
 	written := map[string]string{}
-	switch op := rapid.IntRange(0, 9).Draw(rt, label+"op"); {
+	ops := 9
+	if exists && m.batches {
+		ops = 13 // long runs of key additions and removals
+	}
+	switch op := rapid.IntRange(0, ops).Draw(rt, label+"op"); {
+	case op >= 10:
+		m.batch(rt, d, id, val, op%2 == 0)
+		return
 	case op == 0 && exists: // physical delete
 		if _, err := d.db.Exec(`DELETE FROM notes WHERE id = ?`, id); err != nil {
 			rt.Fatal(err)
@@ -558,9 +762,11 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	}
 	defer os.RemoveAll(dir)
 	w := &world{
-		mem:    NewMemoryRemote(),
-		rng:    rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)),
-		hidden: map[string]map[string]hiddenFile{},
+		mem:     NewMemoryRemote(),
+		rng:     rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)),
+		hidden:  map[string]map[string]hiddenFile{},
+		damaged: map[string]map[string]damage{},
+		hostile: map[string]bool{},
 	}
 	// The remote clock starts within a month of a month's end, and every
 	// device compacts with a retention of hours.
@@ -570,6 +776,15 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	w.mem.SetClock(w.now)
 	w.retention = time.Duration(rapid.IntRange(1, 24).Draw(rt, "retentionHours")) * time.Hour
 	rt.Logf("remote clock starts at %v; retention %v", w.start.Format(time.RFC3339), w.retention)
+	// A quarter of the schedules run a store with a small record limit,
+	// and write batches of keys that they later remove: clocks outgrow
+	// the limit, and snapshots must be refused, not compacted on.
+	smallLimits := rapid.IntRange(0, 3).Draw(rt, "smallLimits") == 0
+	if smallLimits {
+		w.limits = Limits{MaxRecordSize: int64(rapid.SampledFrom([]int{1024, 1536}).Draw(rt, "maxRecord"))}
+		count("schedules with a small record limit")
+		rt.Logf("store record limit %d", w.limits.MaxRecordSize)
+	}
 	if overDrive {
 		count("schedules over Drive")
 		w.drive = drivefake.New(t) // Drive's clock is shared: no skew
@@ -591,6 +806,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		w.mu.Lock()
 		w.devs = append(w.devs, name)
 		w.hidden[name] = map[string]hiddenFile{}
+		w.damaged[name] = map[string]damage{}
 		w.mu.Unlock()
 		var skew time.Duration
 		if w.folder {
@@ -620,14 +836,14 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		}
 		d := &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
 		d.remote = &harnessRemote{w: w, base: base, device: name, skew: skew}
-		d.cfg = Config{Remote: d.remote, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir, Retention: w.retention}
+		d.cfg = Config{Remote: d.remote, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
 		devs = append(devs, d)
 		return d
 	}
 	for range rapid.IntRange(2, 5).Draw(rt, "devices") {
 		addDevice().open(rt)
 	}
-	m := &model{hist: map[string]map[string][]modelWrite{}}
+	m := &model{hist: map[string]map[string][]modelWrite{}, batches: smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0}
 	w.faults = true
 	// A device goes offline across two compactions in about a quarter of
 	// the schedules (it takes several syncs), and at most two devices
@@ -641,7 +857,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			w.drive.Fail(driveFaults[w.rng.IntN(len(driveFaults))])
 			count("fault drive http")
 		}
-		switch rapid.IntRange(0, 15).Draw(rt, "action") {
+		switch rapid.IntRange(0, 16).Draw(rt, "action") {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
 		case 4, 5:
@@ -694,6 +910,8 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			}
 			offlineDone = true
 			offlineAcrossCompactions(rt, w, m, devs, d, label)
+		case 16:
+			hostileFile(rt, w, devs, label)
 		}
 	}
 	// Quiescence: no faults, every file visible, sync until nothing moves.
@@ -705,15 +923,20 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	for _, h := range w.hidden {
 		clear(h)
 	}
+	for _, dm := range w.damaged {
+		clear(dm)
+	}
 	w.mu.Unlock()
-	quiesce(rt, devs)
+	// Every rejected file is due to be read again.
+	w.advance(rejectRetryMax + time.Hour)
+	quiesce(rt, w, devs)
 	// One more device joins now: it starts from the newest snapshot and
 	// the files after it, and must hold exactly what the others hold.
 	late := addDevice()
 	late.open(rt)
 	rt.Logf("%s: joins after quiescence", late.name)
 	r, err := late.run(rt, false, "", "", nil)
-	if err != nil || r.Uploaded != "" || len(r.Rejected) > 0 {
+	if err != nil || r.Uploaded != "" || len(w.rejectedUnexpectedly(r)) > 0 {
 		rt.Fatalf("%s: joining after quiescence: %+v, %v", late.name, r, err)
 	}
 	checkConverged(rt, devs, m)
@@ -819,7 +1042,7 @@ func offlineAcrossCompactions(rt *rapid.T, w *world, m *model, devs []*hdevice, 
 	d.sync(rt, "", "", nil)
 }
 
-func quiesce(rt *rapid.T, devs []*hdevice) {
+func quiesce(rt *rapid.T, w *world, devs []*hdevice) {
 	for round := 0; round < 12; round++ {
 		moved := false
 		for _, d := range devs {
@@ -831,8 +1054,16 @@ func quiesce(rt *rapid.T, devs []*hdevice) {
 			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 {
 				moved = true
 			}
-			if len(r.Rejected) > 0 {
-				rt.Fatalf("%s: rejected %v", d.name, r.Rejected)
+			for _, f := range w.rejectedUnexpectedly(r) {
+				// A file ahead of a device's clock estimate (Drive's,
+				// stale for a moment after the clock jumped) is read
+				// again once the clock gets there: keep syncing.
+				var ahead *versionsAheadError
+				if !errors.As(f.Err, &ahead) || round == 11 {
+					rt.Fatalf("%s: rejected %v", d.name, f)
+				}
+				count("quiesce: a file ahead of a device's clock estimate")
+				moved = true
 			}
 		}
 		if !moved {

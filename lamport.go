@@ -1,6 +1,9 @@
 package drivesync
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // maxVersion bounds the versions the engine reads and writes, far below
 // the int64 limit. A device never stamps past it (Sync fails with a clear
@@ -9,22 +12,46 @@ import "strings"
 // files the others refuse, which would split them.
 const maxVersion = 1 << 53
 
-// maxJump bounds how far above the largest version a device has seen a
-// received version may be. Versions grow by one per change, so an honest
-// file is never that far ahead: one that jumps more is broken or hostile,
-// and is rejected. Without this bound one file stamped near maxVersion
-// would stop the store from stamping changes for good, on every device
-// and through every snapshot. With it, the largest version a device holds
-// grows by at most maxJump per sync: reaching maxVersion would take two
-// million syncs that each accept a hostile file.
+// Received versions are bounded by time. A file named at remote time T
+// may carry no version above versionsAllowed(T): a base, plus a million
+// (2^20) versions for every second since 2020. Versions grow by one per
+// change, and no store makes a million changes a second, so honest files
+// stay far below; a file above is broken or hostile and is rejected.
 //
-// The bound is relative, so two devices that have seen different things
-// may judge a file near it differently. A file rejected for its jump is
-// therefore read again once the device's own largest version has grown
-// (see retryDue): a device that was behind catches up as it receives
-// honest files. A device with no state at all takes the snapshot it
-// starts from as it is.
-const maxJump = 1 << 32
+// Without such a bound, one file stamped near maxVersion would stop the
+// store from stamping changes for good, on every device and through every
+// snapshot. A bound relative to what each device has seen would split
+// devices instead: one that is behind, or new, would refuse a file the
+// others accepted, and with it every honest file stamped after it. The
+// time bound depends only on the file and on the clock, which moves
+// forward for every device: a file named in the future is refused until
+// the device's clock reaches the time its versions need, and then taken
+// by every device alike. No sequence of files can take the store's
+// versions faster than the clock, which reaches maxVersion in about 270
+// years.
+var versionEpoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const (
+	versionRate = 1 << 20 // versions allowed per second
+	versionBase = 1 << 32 // versions allowed at the epoch
+)
+
+// versionsAllowed returns the largest version a file named at "at" may
+// carry.
+func versionsAllowed(at time.Time) int64 {
+	d := max(at.Sub(versionEpoch), 0)
+	v := versionBase + int64(d/time.Second)*versionRate + int64(d%time.Second)*versionRate/int64(time.Second)
+	return min(v, maxVersion)
+}
+
+// versionTime returns when versionsAllowed first reaches v.
+func versionTime(v int64) time.Time {
+	if v <= versionBase {
+		return versionEpoch
+	}
+	n := v - versionBase
+	return versionEpoch.Add(time.Duration(n/versionRate)*time.Second + time.Duration((n%versionRate)*int64(time.Second)/versionRate) + 1)
+}
 
 // A stamp identifies one write: the Lamport version it was given and the
 // device that made it. Stamps are totally ordered by version and then by

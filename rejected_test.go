@@ -172,3 +172,40 @@ func TestCorruptFileHealedBySnapshot(t *testing.T) {
 	}
 	assertConverged(t, a, c)
 }
+
+// A file a device rejected, then found gone when it read it again
+// (compacted meanwhile, on the authority of a snapshot the device had
+// already checked), is taken from a snapshot that holds it. Before, the
+// device forgot the file and never received its records.
+func TestRejectedFileCompactedMeanwhile(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	tb := &truncatingRemote{Remote: mem}
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
+	withRetention(a, time.Minute)
+	withRetention(b, time.Minute)
+	a.put("n", `{"v":1}`)
+	a.sync()
+	tb.setCut(listNamesOf(t, mem, kindPatch)...)
+	if r := b.sync(); len(r.Rejected) != 1 {
+		t.Fatalf("rejected %v, want the truncated file", r.Rejected)
+	}
+	clk.add(40 * time.Minute)
+	snap := a.snapshot().Snapshot
+	// b checked that snapshot while it read the file again (the header
+	// showed nothing else missing); the file failed again.
+	b.exec(`INSERT INTO sync_files (name, status, size) VALUES (?, 'checked', 0)`, snap)
+	clk.add(20 * time.Minute)
+	if r := a.snapshot(); r.Deleted == 0 {
+		t.Fatalf("a compacted nothing: %+v", r)
+	}
+	tb.setCut()
+	clk.add(3 * time.Hour)
+	r := b.sync()
+	if b.get("n") == "" {
+		t.Fatalf("b never got the records of the file it rejected: %+v", r)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+}

@@ -198,58 +198,94 @@ func TestDirtyRowRewrittenCanonical(t *testing.T) {
 	assertConverged(t, a, b)
 }
 
-// Versions are bounded: a file claiming one beyond the limit, or far above
-// everything the device has seen (more than 2^32), is rejected as broken
-// or hostile, so that no file can leave the store unable to stamp its own
-// changes. A version at the stamping limit used to be accepted, after
-// which no device could ever send a change again.
+// Versions are bounded by time: a file may carry no version above what
+// its name's time allows (a million a second since 2020), so that no file
+// can leave the store unable to stamp its own changes, and every device,
+// new or old, judges a file alike. A version at the stamping limit used to
+// be accepted, after which no device could ever send a change again.
 func TestVersionLimit(t *testing.T) {
-	remote := NewMemoryRemote()
-	b := newDevice(t, "dev-b", remote)
-	body := func(v int64) string {
-		return fmt.Sprintf(`{"format":1,"device":"dev-x","changes":[{"table_name":"notes","record_id":"r%d","patch":{"a":1},"sync_version":%d}]}`, v, v)
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	b := newDevice(t, "dev-b", mem)
+	file := func(at time.Time, v int64) {
+		writeRaw(t, mem, patchFileName(at, "dev-x"), true, fmt.Sprintf(
+			`{"format":1,"device":"dev-x","changes":[{"table_name":"notes","record_id":"r%d","patch":{"a":1},"sync_version":%d}]}`, v, v))
 	}
-	writeRaw(t, remote, "2026/01/01/patch_20260101T000000.000Z_dev-x.json.gz", true, body(maxVersion+1))
-	writeRaw(t, remote, "2026/01/01/patch_20260101T000001.000Z_dev-x.json.gz", true, body(maxVersion))
-	writeRaw(t, remote, "2026/01/01/patch_20260101T000002.000Z_dev-x.json.gz", true, body(maxJump+1))
-	writeRaw(t, remote, "2026/01/01/patch_20260101T000003.000Z_dev-x.json.gz", true, body(maxJump))
+	t0 := clk.now().Add(-time.Hour)
+	file(t0, maxVersion+1)
+	file(t0.Add(time.Second), maxVersion)
+	file(t0.Add(2*time.Second), versionsAllowed(t0.Add(2*time.Second))+1)
+	at := t0.Add(3 * time.Second)
+	file(at, versionsAllowed(at))
 	r := b.sync()
 	if len(r.Rejected) != 3 || len(r.Downloaded) != 1 {
-		t.Fatalf("report %+v, want three files rejected and the one within 2^32 applied", r)
+		t.Fatalf("report %+v, want three files rejected and the one at the bound applied", r)
 	}
 	for _, rej := range r.Rejected {
 		if !errors.Is(rej.Err, ErrCorruptFile) {
 			t.Errorf("%s: %v, want ErrCorruptFile", rej.Name, rej.Err)
 		}
 	}
-	// Having seen 2^32, b reads the file it rejected for its jump again
-	// and takes it; the one at the limit is still far beyond.
-	r = b.sync()
-	if len(r.Downloaded) != 1 || len(r.Rejected) != 1 {
-		t.Fatalf("second sync: %+v, want the 2^32+1 file applied and the one at the limit rejected", r)
-	}
+	// Above the largest version its clock allows, the store still stamps.
+	clk.add(time.Second)
 	b.put("mine", `{"v":1}`)
 	if r := b.sync(); r.ChangesSent != 1 {
 		t.Fatalf("b could not send its change: %+v", r)
 	}
-	if got := b.maxVersion(); got > 2*maxJump+10 {
-		t.Fatalf("max version %d: grew more than 2^32 per sync", got)
-	}
-	// A new device catches up, sync by sync, with what b accepted.
-	c := newDevice(t, "dev-c", remote)
-	for range 3 {
-		c.sync()
+	// A new device judges every file as b did, in one sync.
+	c := newDevice(t, "dev-c", mem)
+	if r := c.sync(); len(r.Rejected) != 3 {
+		t.Fatalf("c rejected %v", r.Rejected)
 	}
 	assertConverged(t, b, c)
-	// A merge file (applied by every device) with a record stamped far
-	// above is rejected too.
+	// A file named ahead of the clock with versions its own time allows is
+	// refused until the clock gets there, then taken by every device.
+	ahead := clk.now().Add(2 * time.Hour)
+	file(ahead, versionsAllowed(ahead))
+	clk.add(time.Second)
+	if r := b.sync(); len(r.Rejected) != 1 || !strings.Contains(r.Rejected[0].Err.Error(), "ahead of this device's clock") {
+		t.Fatalf("file ahead of the clock: rejected %v", r.Rejected)
+	}
+	clk.add(3 * time.Hour)
+	b.sync()
+	c.sync()
+	assertConverged(t, b, c)
+	// A merge file (applied by every device) with a record stamped beyond
+	// its time is rejected too.
+	clk.add(time.Second)
+	mat := clk.now()
 	merge := fmt.Sprintf(`{"format":1,"device":"dev-x","store":%q,"covers":"2026-01-01T00:00:00Z","records":[
-{"table_name":"notes","record_id":"m","state":{"a":1},"clock":{"d":["dev-x"],"n":[%d,0,{}]},"is_deleted":false}]}`, b.store(), b.maxVersion()+maxJump+5)
-	writeRaw(t, remote, "2026/01/02/merge_20260102T000000.000Z_dev-x.json.gz", true, merge)
+{"table_name":"notes","record_id":"m","state":{"a":1},"clock":{"d":["dev-x"],"n":[%d,0,{}]},"is_deleted":false}]}`, b.store(), versionsAllowed(mat)+5)
+	writeRaw(t, mem, remoteFileName(kindMerge, mat, "dev-x"), true, merge)
+	clk.add(time.Second)
 	r = b.sync()
 	i := slices.IndexFunc(r.Rejected, func(f FileError) bool { return strings.Contains(f.Name, "/merge_") })
 	if i < 0 || !errors.Is(r.Rejected[i].Err, ErrCorruptFile) || !strings.Contains(r.Rejected[i].Err.Error(), "hostile") {
-		t.Fatalf("merge file with a far version: rejected %v", r.Rejected)
+		t.Fatalf("merge file with a version beyond its time: rejected %v", r.Rejected)
+	}
+}
+
+// versionsAllowed and versionTime agree: the bound grows a million a
+// second, and versionTime is the first time it admits a version.
+func TestVersionsAllowed(t *testing.T) {
+	for _, at := range []time.Time{
+		time.Date(2019, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 11, 23, 10, 11, 12, 345678901, time.UTC),
+		time.Date(2290, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		v := versionsAllowed(at)
+		if v < versionBase || v > maxVersion {
+			t.Errorf("versionsAllowed(%v) = %d", at, v)
+		}
+		if v < maxVersion && v > versionBase {
+			if vt := versionTime(v); versionsAllowed(vt) < v || versionsAllowed(vt.Add(-time.Microsecond)) >= v {
+				t.Errorf("versionTime(%d) = %v does not first admit it", v, vt)
+			}
+		}
+	}
+	if got, want := versionsAllowed(time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC))-versionsAllowed(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), int64(versionRate); got != want {
+		t.Errorf("one second allows %d versions, want %d", got, want)
 	}
 }
 

@@ -763,6 +763,9 @@ func (s *syncRun) loadSnapshot(ctx context.Context, f RemoteFile) error {
 // again and finds the snapshot that replaced it. A rejected file that none
 // holds stays rejected and is read again later.
 func (s *syncRun) coverMissing(ctx context.Context) error {
+	if err := s.recoverForgotten(ctx); err != nil {
+		return err
+	}
 	var missing []string
 	for _, d := range s.gone {
 		missing = append(missing, d.name)
@@ -798,6 +801,55 @@ func (s *syncRun) coverMissing(ctx context.Context) error {
 		}
 	}
 	s.report.Rejected = slices.DeleteFunc(s.report.Rejected, func(r FileError) bool { return s.covers[r.Name] })
+	return nil
+}
+
+// recoverForgotten loads what a rejected file held when reading it again
+// found it gone: compaction deleted it, on the authority of a snapshot
+// that includes it, and deletes that snapshot in turn only once a newer
+// one knows it, whose writer held what it held. So a snapshot on the
+// remote that includes the file, or that knows snapshots the remote no
+// longer has (the head of such a chain), holds the file's content. This
+// is rare and costs a full listing and a header per snapshot.
+func (s *syncRun) recoverForgotten(ctx context.Context) error {
+	if len(s.forget) == 0 {
+		return nil
+	}
+	files, err := s.e.cfg.Remote.List(ctx, time.Time{})
+	if err != nil {
+		return remoteErr("list", "", err)
+	}
+	present := map[string]bool{}
+	var snaps []RemoteFile
+	for _, f := range files {
+		present[f.Name] = true
+		if k, _, _, ok := parseFileName(f.Name); ok && k == kindSnapshot {
+			snaps = append(snaps, f)
+		}
+	}
+	slices.SortFunc(snaps, func(a, b RemoteFile) int { return strings.Compare(b.Name, a.Name) })
+	for _, f := range snaps {
+		if s.covers[f.Name] {
+			continue
+		}
+		h, err := s.header(ctx, f.Name)
+		if errors.As(err, new(rejection)) || errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		holds := slices.ContainsFunc(s.forget, func(name string) bool {
+			return !s.covers[name] && slices.Contains(slices.Concat(h.included, h.knows), name)
+		})
+		heads := slices.ContainsFunc(h.knows, func(name string) bool { return !present[name] && !s.covers[name] })
+		if holds || heads {
+			s.e.log.Info("drivesync: a file this device rejected is gone from the remote; loading a snapshot that holds it", "snapshot", f.Name)
+			if err := s.loadSnapshot(ctx, f); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -838,8 +890,9 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	if err == nil && h.store != s.store {
 		err = rejection{fmt.Errorf("it belongs to store %s, not %s", h.store, s.store)}
 	}
-	if err == nil && !s.bootstrap {
-		err = s.checkJump(maxV) // a device with no state has nothing to compare
+	if err == nil {
+		_, at, _, _ := parseFileName(d.name)
+		err = s.checkVersions(at, maxV)
 	}
 	if err != nil {
 		sp.close()

@@ -97,7 +97,6 @@ type syncRun struct {
 	readerKeys    map[string]string // what a rejection was decided under (see retryDue)
 	since         time.Time         // this listing's start: the previous cursor less the overlap
 	maxSeen       int64
-	seenBefore    int64 // the largest version seen before this sync (see checkJump)
 	planBase      int64 // sync_meta.max_version when the plan was made
 
 	dataVersion int64  // PRAGMA data_version when the pending rows were read
@@ -149,9 +148,9 @@ const (
 // reason may have gone, because this app now reads other formats or the
 // store other limits, or because enough time has passed.
 func (s *syncRun) retryDue(k knownFile) bool {
-	if seen, ok := strings.CutPrefix(k.reader, s.limits.key()+jumpSeen); ok {
-		n, err := strconv.ParseInt(seen, 10, 64)
-		return err != nil || s.seenBefore > n
+	if at, ok := strings.CutPrefix(k.reader, s.limits.key()+readAgainAt); ok {
+		t, err := time.Parse(time.RFC3339Nano, at)
+		return err != nil || !s.cursor.Before(t)
 	}
 	if k.reader != s.limits.key() {
 		return true
@@ -317,9 +316,6 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		return &Error{Op: "sync", Err: err}
 	}
 	s.joining = join != ""
-	if s.seenBefore, err = getMetaInt(ctx, s.conn, metaMaxVersion); err != nil {
-		return &Error{Op: "sync", Err: err}
-	}
 	s.known = map[string]knownFile{}
 	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size, checked_at, reader, attempts FROM sync_files`)
 	if err != nil {
@@ -423,7 +419,8 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		return spoolErr
 	})
 	if err == nil {
-		err = s.checkJump(maxV)
+		_, at, _, _ := parseFileName(d.name)
+		err = s.checkVersions(at, maxV)
 	}
 	if err != nil {
 		sp.close()
@@ -434,26 +431,35 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 	return nil
 }
 
-// checkJump rejects a received file whose largest version v is far above
-// anything this device had seen before this sync (see maxJump). The bound
-// is taken from before the sync so that it does not depend on the order
-// files arrive in.
-func (s *syncRun) checkJump(v int64) error {
-	if v > s.seenBefore+maxJump {
-		return fmt.Errorf("%w: version %d is more than 2^32 above the largest this device has seen (%d)", errVersionJump, v, s.seenBefore)
+// checkVersions rejects a received file, named at "at", whose largest
+// version v is above what its time allows (see versionsAllowed). A file
+// named later than this device's clock is judged by the clock; it is read
+// again once the clock has reached the time its versions need.
+func (s *syncRun) checkVersions(at time.Time, v int64) error {
+	if v > versionsAllowed(at) {
+		return fmt.Errorf("version %d is above %d, the most a file named at %s may carry: the file is broken or hostile", v, versionsAllowed(at), at.UTC().Format(time.RFC3339))
+	}
+	if v > versionsAllowed(s.cursor) {
+		return &versionsAheadError{v: v, at: versionTime(v)}
 	}
 	return nil
 }
 
-// errVersionJump marks a file rejected by checkJump: it is read again as
-// soon as this device has seen larger versions.
-var errVersionJump = errors.New("the file is broken or hostile")
+// versionsAheadError rejects a file until this device's clock reaches at.
+type versionsAheadError struct {
+	v  int64
+	at time.Time
+}
+
+func (e *versionsAheadError) Error() string {
+	return fmt.Sprintf("version %d is ahead of this device's clock; it is read again at %s", e.v, e.at.UTC().Format(time.RFC3339))
+}
 
 // vanished handles a file that was gone when this sync opened it. A
-// listed file was deleted since the listing (compacted): a snapshot must
-// bring what it held (see coverMissing). A rejected file read again by
-// name is simply forgotten: a snapshot that holds it is still loaded when
-// it is listed, because this device never applied it.
+// listed file was deleted since the listing (compacted): a listed snapshot
+// must bring what it held (see coverMissing). A rejected file read again
+// by name was compacted long ago: it is forgotten, and a snapshot that
+// holds it is loaded (see recoverForgotten).
 func (s *syncRun) vanished(d *downloaded) {
 	if d.byName {
 		s.forget = append(s.forget, d.name)
@@ -478,16 +484,16 @@ func (s *syncRun) readFailed(ctx context.Context, d *downloaded, src *countingRe
 	return nil
 }
 
-// jumpSeen joins the reader key of a file rejected for its version jump
-// and the largest version the device had seen then.
-const jumpSeen = ", seen "
+// readAgainAt joins the reader key of a file rejected for versions ahead
+// of this device's clock and the time it may be read again.
+const readAgainAt = ", read again at "
 
 func (s *syncRun) reject(d *downloaded, err error) {
 	s.e.log.Warn("drivesync: rejected remote file", "file", d.name, "err", err)
 	s.rejectedSizes[d.name] = d.size
 	s.readerKeys[d.name] = s.limits.key()
-	if errors.Is(err, errVersionJump) {
-		s.readerKeys[d.name] += jumpSeen + strconv.FormatInt(s.seenBefore, 10)
+	if ahead := (*versionsAheadError)(nil); errors.As(err, &ahead) {
+		s.readerKeys[d.name] += readAgainAt + ahead.at.UTC().Format(time.RFC3339Nano)
 	}
 	s.report.Rejected = append(s.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
 }
@@ -672,6 +678,29 @@ func (s *syncRun) newUpload() (*patchWriter, error) {
 	return newPatchWriter(f, s.e.deviceID)
 }
 
+// waitForVersions returns a remote time at which this sync's versions are
+// allowed (see versionsAllowed), so that every device takes the file. An
+// honest store is always far below the bound; after a hostile file took
+// the versions near it, a device waits for the clock up to a minute, and
+// beyond that fails the sync, keeping its changes pending.
+func (s *syncRun) waitForVersions(ctx context.Context, now time.Time) (time.Time, error) {
+	// Readers judge by the time the file's name carries: milliseconds.
+	if s.maxSeen <= versionsAllowed(now.Truncate(time.Millisecond)) {
+		return now, nil
+	}
+	ready := versionTime(s.maxSeen).Truncate(time.Millisecond).Add(time.Millisecond)
+	wait := ready.Sub(now)
+	if wait > time.Minute {
+		return now, &Error{Op: "reserve versions", Err: fmt.Errorf("this store's versions (%d) are ahead of the remote's clock until %s: sync again then", s.maxSeen, ready.UTC().Format(time.RFC3339))}
+	}
+	select {
+	case <-ctx.Done():
+		return now, &Error{Op: "reserve versions", Err: ctx.Err()}
+	case <-time.After(wait):
+	}
+	return ready, nil
+}
+
 // renameOutbox gives the stored upload a new name, later than old.
 func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) {
 	now, err := s.e.cfg.Remote.Now(ctx)
@@ -702,6 +731,9 @@ func (s *syncRun) send(ctx context.Context) error {
 	now, err := e.cfg.Remote.Now(ctx)
 	if err != nil {
 		return remoteErr("upload", "", err)
+	}
+	if now, err = s.waitForVersions(ctx, now); err != nil {
+		return err
 	}
 	name := patchFileName(now, e.deviceID)
 	if err := beginImmediate(ctx, s.conn); err != nil {
