@@ -645,7 +645,7 @@ func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
 	var patch []string
 	if add {
 		for i := range rapid.IntRange(10, 20).Draw(rt, "batchKeys") {
-			patch = append(patch, fmt.Sprintf(`"z%d_%d_%s":%q`, d.seq, i, d.name, val))
+			patch = append(patch, fmt.Sprintf(`"z%03d_%02d_%s_removed":%q`, d.seq, i, d.name, val))
 		}
 		count("write: a batch of keys added")
 	} else {
@@ -710,7 +710,7 @@ func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 	written := map[string]string{}
 	ops := 9
 	if exists && m.batches {
-		ops = 13 // long runs of key additions and removals
+		ops = 15 // long runs of key additions and removals
 	}
 	switch op := rapid.IntRange(0, ops).Draw(rt, label+"op"); {
 	case op >= 10:
