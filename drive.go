@@ -250,9 +250,6 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 	attempt := 0
 	err = r.call(ctx, func() (err error) {
 		if attempt++; attempt > 1 {
-			if !canRetry {
-				return errNoRetry
-			}
 			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
 				return err
 			}
@@ -262,6 +259,10 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 		created, err = r.svc.Files.Create(&drive.File{Name: base, Parents: []string{parent}}).
 			Media(body, googleapi.ContentType("application/octet-stream"), googleapi.ChunkSize(0)).
 			Fields("id, size, md5Checksum").Context(ctx).Do()
+		if err != nil && !canRetry {
+			// Another try would send what is left of the content.
+			err = &notRetried{err}
+		}
 		return err
 	})
 	if err != nil {
@@ -278,7 +279,16 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 	return nil
 }
 
-var errNoRetry = errors.New("content cannot be read again for a retry")
+// notRetried marks a failure that must not be retried although its kind
+// usually is. It keeps the failure, so that Drive's status and reason
+// still decide what the caller is told.
+type notRetried struct{ err error }
+
+func (e *notRetried) Error() string {
+	return e.err.Error() + " (not retried: the content cannot be read again)"
+}
+
+func (e *notRetried) Unwrap() error { return e.err }
 
 // Delete removes every file of that name permanently, falling back to the
 // trash where Drive refuses a permanent delete.
@@ -522,21 +532,31 @@ func (r *DriveRemote) lookup(ctx context.Context, name string) ([]string, error)
 	return ids, nil
 }
 
-// call runs one Drive request under the pacer.
+// call runs one Drive request under the pacer. When the tries run out, the
+// error is the last one Drive gave, so that its status and reason reach
+// the caller.
 func (r *DriveRemote) call(ctx context.Context, fn func() error) error {
-	return r.pacer.Call(ctx, fn, func(err error) pacer.Retry {
+	tries, transient := 0, false
+	err := r.pacer.Call(ctx, func() error { tries++; return fn() }, func(err error) pacer.Retry {
 		retry := classifyDrive(err)
-		if retry.Again {
+		if transient = retry.Again; transient {
 			r.log.Info("drive remote: retrying", "err", err, "after", retry.After)
 		}
 		return retry
 	})
+	if err != nil && transient && ctx.Err() == nil {
+		err = fmt.Errorf("%w (gave up after %d tries)", err, tries)
+	}
+	return err
 }
 
 // classifyDrive decides which failures are worth another try: rate
 // limits, server errors and dropped connections. The Go client does not
 // retry drive/v3 calls itself.
 func classifyDrive(err error) pacer.Retry {
+	if errors.As(err, new(*notRetried)) {
+		return pacer.Retry{}
+	}
 	var ge *googleapi.Error
 	if errors.As(err, &ge) {
 		after := retryAfter(ge.Header)
