@@ -61,7 +61,10 @@ const folderMime = "application/vnd.google-apps.folder"
 // limits (403 userRateLimitExceeded and rateLimitExceeded, 429, honouring
 // Retry-After), server errors and dropped connections, within the
 // context's deadline. A refused sign-in fails at once with ErrAuth, a full
-// drive with ErrQuota.
+// drive with ErrQuota. A file Drive will not let this account download
+// (403 insufficientFilePermissions, appNotAuthorizedToFile,
+// cannotDownloadFile, downloadQuotaExceeded) makes Open fail with
+// fs.ErrPermission: the engine skips that file and reads it again later.
 type DriveRemote struct {
 	svc   *drive.Service
 	space string // "appDataFolder" or "drive"
@@ -218,6 +221,12 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 		resp, err = r.svc.Files.Get(slices.Min(ids)).Context(ctx).Download()
 		return err
 	})
+	var ge *googleapi.Error
+	if errors.As(err, &ge) && ge.Code == http.StatusForbidden && hasReason(ge, fileRefusals...) {
+		// Drive lets this account list the file but not read it: the
+		// file's fault, not the sign-in's (see Remote.Open).
+		return nil, fmt.Errorf("drive remote: open %s: Drive refuses to let this account read the file (%s): %w", name, ge.Errors[0].Reason, fs.ErrPermission)
+	}
 	if err != nil {
 		return nil, driveErr("open", name, err)
 	}
@@ -604,6 +613,10 @@ func hasReason(ge *googleapi.Error, reasons ...string) bool {
 	}
 	return false
 }
+
+// fileRefusals are the reasons of a 403 that concern one file, not the
+// account or the app's access to the space.
+var fileRefusals = []string{"insufficientFilePermissions", "appNotAuthorizedToFile", "cannotDownloadFile", "downloadQuotaExceeded"}
 
 func isNotFound(err error) bool {
 	var ge *googleapi.Error

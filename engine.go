@@ -81,8 +81,10 @@ type Report struct {
 	// ChangesSent the changes in the uploaded file.
 	ChangesReceived, ChangesSent int
 	// Rejected lists remote files that were skipped because they are
-	// malformed, too large or of a newer format. Nothing of them was
-	// applied; the sync went on without them.
+	// malformed, too large or of a newer format, or because the remote
+	// refused to let this device read them (fs.ErrPermission, see
+	// Remote.Open). Nothing of them was applied; the sync went on
+	// without them, and reads them again later.
 	Rejected []FileError
 	// Unregistered counts received changes to tables this app does not
 	// register. They are kept in sync_states and reach the app's table

@@ -707,6 +707,9 @@ func (r rejection) Error() string { return r.err.Error() }
 func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, error) {
 	_, _, device, _ := parseFileName(name)
 	rc, err := s.e.cfg.Remote.Open(ctx, name)
+	if unreadableFile(ctx, err) {
+		return stateHeader{}, rejection{err}
+	}
 	if err != nil {
 		return stateHeader{}, remoteErr("download", name, err)
 	}
@@ -817,6 +820,10 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 		} else {
 			s.snapshotGone(RemoteFile{Name: d.name})
 		}
+		return stateHeader{}, nil
+	}
+	if unreadableFile(ctx, err) {
+		s.reject(d, err)
 		return stateHeader{}, nil
 	}
 	if err != nil {

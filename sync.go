@@ -402,11 +402,14 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		return nil
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		s.vanished(d)
 		return nil
-	}
-	if err != nil {
+	case unreadableFile(ctx, err):
+		s.reject(d, err)
+		return nil
+	case err != nil:
 		return remoteErr("download", d.name, err)
 	}
 	defer rc.Close()
