@@ -108,6 +108,7 @@ type syncRun struct {
 	dirty   bool // another connection committed since the pending rows were read
 	pending map[recordKey]pendingEdit
 	stmts   map[string]*sql.Stmt
+	rows    map[recordKey]error // the last write of each app row: nil, or why the table refused it
 
 	store     string                 // the store id of the remote's marker
 	limits    Limits                 // the store's limits, from its marker
@@ -243,7 +244,11 @@ func (s *syncRun) run(ctx context.Context) error {
 	if err := s.hook("planned"); err != nil {
 		return err
 	}
-	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.checked) == 0 && len(s.forget) == 0 {
+	unwritten, err := s.hasUnwritten(ctx)
+	if err != nil {
+		return err
+	}
+	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.checked) == 0 && len(s.forget) == 0 && !unwritten {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
 		return s.saveCursor(ctx)
