@@ -66,10 +66,16 @@ const folderMime = "application/vnd.google-apps.folder"
 // cannotDownloadFile, downloadQuotaExceeded) makes Open fail with
 // fs.ErrPermission: the engine skips that file and reads it again later.
 type DriveRemote struct {
-	svc   *drive.Service
-	space string // "appDataFolder" or "drive"
-	pacer *pacer.Pacer
-	log   *slog.Logger
+	svc    *drive.Service
+	space  string // "appDataFolder" or "drive"
+	folder string // DriveOptions.Folder
+	pacer  *pacer.Pacer
+	log    *slog.Logger
+
+	// rootMu is held while the root folder is looked up, so that
+	// concurrent first calls look it up once.
+	rootMu    sync.Mutex
+	rootFound bool
 
 	mu      sync.Mutex
 	roots   map[string]bool   // ids of the root folder (several if duplicated)
@@ -86,8 +92,11 @@ type DriveRemote struct {
 var _ Remote = (*DriveRemote)(nil)
 
 // NewDriveRemote returns a Remote in the Drive that svc signs into. It
-// finds (or, for DriveOptions.Folder, creates) the root folder, which also
-// checks the sign-in.
+// makes no request, so that an app can open its engine and use its own
+// data offline: the first call that needs the root folder finds it (or,
+// for DriveOptions.Folder, creates it), which also checks the sign-in, and
+// fails with that step's error, a later call trying again. ctx is not
+// used.
 func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) (*DriveRemote, error) {
 	if svc == nil {
 		return nil, errors.New("drive remote: svc is nil")
@@ -104,6 +113,7 @@ func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) 
 	r := &DriveRemote{
 		svc:     svc,
 		space:   "appDataFolder",
+		folder:  opts.Folder,
 		pacer:   pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts),
 		log:     opts.Logger,
 		roots:   map[string]bool{},
@@ -114,24 +124,38 @@ func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) 
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Folder == "" {
+	if opts.Folder != "" {
+		r.space = "drive"
+	}
+	return r, nil
+}
+
+// findRoot looks up the root folder, once: the app-data folder, or
+// DriveOptions.Folder in My Drive, created if missing.
+func (r *DriveRemote) findRoot(ctx context.Context) error {
+	r.rootMu.Lock()
+	defer r.rootMu.Unlock()
+	if r.rootFound {
+		return nil
+	}
+	if r.folder == "" {
 		var root *drive.File
 		err := r.call(ctx, func() (err error) {
-			root, err = svc.Files.Get("appDataFolder").Fields("id").Context(ctx).Do()
+			root, err = r.svc.Files.Get("appDataFolder").Fields("id").Context(ctx).Do()
 			return err
 		})
 		if err != nil {
-			return nil, driveErr("open app-data folder", "", err)
+			return fmt.Errorf("open the app-data folder: %w", err)
 		}
 		r.noteDate(root.Header)
 		r.addRoot(root.Id)
-		return r, nil
+		r.rootFound = true
+		return nil
 	}
-	r.space = "drive"
-	q := fmt.Sprintf("name = %s and 'root' in parents and mimeType = '%s' and trashed = false", quoteQ(opts.Folder), folderMime)
+	q := fmt.Sprintf("name = %s and 'root' in parents and mimeType = '%s' and trashed = false", quoteQ(r.folder), folderMime)
 	found, err := r.query(ctx, q, "files(id)")
 	if err != nil {
-		return nil, driveErr("find folder "+opts.Folder, "", err)
+		return fmt.Errorf("find folder %s: %w", r.folder, err)
 	}
 	for _, f := range found {
 		r.addRoot(f.Id)
@@ -139,15 +163,16 @@ func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) 
 	if len(found) == 0 {
 		var f *drive.File
 		err := r.call(ctx, func() (err error) {
-			f, err = svc.Files.Create(&drive.File{Name: opts.Folder, MimeType: folderMime, Parents: []string{"root"}}).Fields("id").Context(ctx).Do()
+			f, err = r.svc.Files.Create(&drive.File{Name: r.folder, MimeType: folderMime, Parents: []string{"root"}}).Fields("id").Context(ctx).Do()
 			return err
 		})
 		if err != nil {
-			return nil, driveErr("create folder "+opts.Folder, "", err)
+			return fmt.Errorf("create folder %s: %w", r.folder, err)
 		}
 		r.addRoot(f.Id)
 	}
-	return r, nil
+	r.rootFound = true
+	return nil
 }
 
 func (r *DriveRemote) addRoot(id string) {
@@ -163,6 +188,9 @@ func (r *DriveRemote) addRoot(id string) {
 // List returns the files created at or after since, in one paginated
 // listing of the space.
 func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
+	if err := r.findRoot(ctx); err != nil {
+		return nil, driveErr("list", "", err)
+	}
 	q := fmt.Sprintf("trashed = false and mimeType != '%s'", folderMime)
 	if !since.IsZero() {
 		// The store's marker is always listed: the engine reads it every
@@ -239,6 +267,9 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader) error {
 	if err := checkRemoteName(name); err != nil {
 		return fmt.Errorf("drive remote: create: %w", err)
+	}
+	if err := r.findRoot(ctx); err != nil {
+		return driveErr("create", name, err)
 	}
 	dir, base := path.Split(name)
 	parent, err := r.ensureDir(ctx, strings.TrimSuffix(dir, "/"))
@@ -508,6 +539,9 @@ func (r *DriveRemote) lookup(ctx context.Context, name string) ([]string, error)
 	if err := checkRemoteName(name); err != nil {
 		return nil, err
 	}
+	if err := r.findRoot(ctx); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	ids := r.ids[name]
 	r.mu.Unlock()
@@ -640,7 +674,12 @@ func driveErr(op, name string, err error) error {
 	}
 	var ge *googleapi.Error
 	var re *oauth2.RetrieveError
+	var ne *net.OpError
+	var dns *net.DNSError
 	switch {
+	case errors.As(err, &ne) && ne.Op == "dial" || errors.As(err, &dns):
+		// Offline, most likely: say so before the transport's details.
+		return fmt.Errorf("%s: cannot reach Google Drive; check the network connection: %w", what, err)
 	case errors.Is(err, fs.ErrNotExist) || isNotFound(err):
 		return fmt.Errorf("%s: %w", what, fs.ErrNotExist)
 	case errors.As(err, &re):
