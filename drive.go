@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -87,9 +88,10 @@ type DriveRemote struct {
 	// so the clock keeps millisecond steps and does not jump back.
 	offset    time.Duration
 	haveClock bool
+	account   string // the signed-in user's permission id, once about.get told it
 }
 
-var _ Remote = (*DriveRemote)(nil)
+var _ IdentifiedRemote = (*DriveRemote)(nil)
 
 // NewDriveRemote returns a Remote in the Drive that svc signs into. It
 // makes no request, so that an app can open its engine and use its own
@@ -382,11 +384,7 @@ func (r *DriveRemote) Now(ctx context.Context) (time.Time, error) {
 	if have {
 		return time.Now().Add(offset).UTC(), nil
 	}
-	var about *drive.About
-	err := r.call(ctx, func() (err error) {
-		about, err = r.svc.About.Get().Fields("user").Context(ctx).Do()
-		return err
-	})
+	about, err := r.about(ctx)
 	if err != nil {
 		return time.Time{}, driveErr("read clock", "", err)
 	}
@@ -397,6 +395,52 @@ func (r *DriveRemote) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, errors.New("drive remote: Drive's response has no Date header")
 	}
 	return time.Now().Add(r.offset).UTC(), nil
+}
+
+// Identity names the signed-in account (its permission id, which stays
+// the same when the user changes the address) and the folder: the
+// app-data folder, or DriveOptions.Folder in My Drive.
+func (r *DriveRemote) Identity(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("drive remote: identity: %w", err)
+	}
+	r.mu.Lock()
+	account := r.account
+	r.mu.Unlock()
+	if account == "" {
+		about, err := r.about(ctx)
+		if err != nil {
+			return "", driveErr("identify the account", "", err)
+		}
+		r.noteDate(about.Header)
+		if account = about.User.PermissionId; account == "" {
+			return "", errors.New("drive remote: Drive did not say which account is signed in")
+		}
+	}
+	id := "drive:" + account + ":" + r.space
+	if r.folder != "" {
+		id += ":" + r.folder
+	}
+	return id, nil
+}
+
+// about reads the signed-in user, remembering the account for Identity.
+func (r *DriveRemote) about(ctx context.Context) (*drive.About, error) {
+	var about *drive.About
+	err := r.call(ctx, func() (err error) {
+		about, err = r.svc.About.Get().Fields("user(permissionId)").Context(ctx).Do()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if about.User == nil {
+		about.User = &drive.User{}
+	}
+	r.mu.Lock()
+	r.account = cmp.Or(about.User.PermissionId, r.account)
+	r.mu.Unlock()
+	return about, nil
 }
 
 // noteDate narrows the clock estimate: when a response says D, Drive's

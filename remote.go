@@ -70,6 +70,31 @@ func unreadableFile(ctx context.Context, err error) bool {
 	return err != nil && ctx.Err() == nil && errors.Is(err, fs.ErrPermission)
 }
 
+// An IdentifiedRemote is a Remote that can name the storage behind it: the
+// folder, the account and space, the bucket its files live in.
+//
+// The engine needs it for one decision. When the remote holds a store
+// other than this database's, created moments after this database created
+// its own, two explanations fit: another device created the store's marker
+// at the same moment on the same storage (the engine joins that store,
+// uploading what it had), or the app now points at another folder or
+// account where another store began at about the same time (the engine
+// stops with ErrRemoteChanged and lets the app decide). The engine records
+// the identity when it binds to a store; only a remote with the same
+// identity gets the first explanation. With a Remote that cannot tell, the
+// engine takes the first.
+type IdentifiedRemote interface {
+	Remote
+	// Identity returns a string that stays the same for as long as the
+	// Remote reaches the same storage, across restarts of the app where
+	// the storage outlives them, and differs for any other storage the
+	// app could be pointed at. Identities are compared only with those
+	// the same device recorded, never across devices: a shared folder
+	// may have a different path on each machine. The engine stores and
+	// shows it, so it must hold no secret.
+	Identity(ctx context.Context) (string, error)
+}
+
 // RemoteFile describes one file of a Remote.
 type RemoteFile struct {
 	Name string // slash-separated path relative to the remote's root
