@@ -78,6 +78,9 @@ func (s *syncRun) apply(ctx context.Context) error {
 	if err := s.rebasePending(ctx); err != nil {
 		return err
 	}
+	if err := s.retryUnwritten(ctx); err != nil {
+		return err
+	}
 	if err := s.recordFiles(ctx); err != nil {
 		return err
 	}
@@ -357,10 +360,16 @@ func (s *syncRun) writeContent(ctx context.Context, t *tableInfo, id string, v j
 
 // rowResult turns a failed row write into the sync's error, except when
 // the app's own constraints refuse the row (a UNIQUE, NOT NULL or CHECK
-// on a projection column): SQLite then undoes only that statement, the
-// record stays in sync_states, and the report says which row is behind.
+// on a projection column, a foreign key): SQLite then undoes only that
+// statement, the record stays in sync_states, and retryUnwritten tries
+// the row again at the end of this sync and of later ones.
 func (s *syncRun) rowResult(t *tableInfo, id string, err error) error {
+	if s.rows == nil {
+		s.rows = map[recordKey]error{}
+	}
+	key := recordKey{t.name, id}
 	if err == nil {
+		s.rows[key] = nil
 		return nil
 	}
 	err = &Error{Op: "write", Table: t.name, Record: id, Err: err}
@@ -368,7 +377,110 @@ func (s *syncRun) rowResult(t *tableInfo, id string, err error) error {
 		return err
 	}
 	s.e.log.Warn("drivesync: row refused by the table's constraints", "table", t.name, "record", id, "err", err)
-	s.report.Unwritten = append(s.report.Unwritten, RecordError{Table: t.name, Record: id, Err: err})
+	s.rows[key] = err
+	return nil
+}
+
+// hasUnwritten reports whether an earlier sync left rows unwritten: a
+// sync with nothing else to do still tries them again, since what refused
+// them may have changed outside the synced tables (a parent row of a
+// foreign key, a dropped index).
+func (s *syncRun) hasUnwritten(ctx context.Context) (bool, error) {
+	var found bool
+	if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_unwritten)`).Scan(&found); err != nil {
+		return false, &Error{Op: "sync", Err: err}
+	}
+	return found, nil
+}
+
+// retryUnwritten writes again every row the app's table refused, in this
+// sync or an earlier one, that was not written since: a change to another
+// row (the one that held a UNIQUE value, a parent row) may have made it
+// acceptable, and no change of the record itself may ever come to write
+// it. Rows are tried until a round writes none, so that one freed value
+// can free the next. A record the app has pending is left to its own
+// sync, which must not overwrite the app's edits. What is still refused
+// is remembered for the next sync and reported in Report.Unwritten.
+func (s *syncRun) retryUnwritten(ctx context.Context) error {
+	retry := map[recordKey]bool{}
+	rows, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id FROM sync_unwritten`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var k recordKey
+		if err := rows.Scan(&k.table, &k.record); err != nil {
+			rows.Close()
+			return err
+		}
+		retry[k] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for k, err := range s.rows {
+		if err != nil {
+			retry[k] = true
+		}
+	}
+	keys := make([]recordKey, 0, len(retry))
+	for k := range retry {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b recordKey) int {
+		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.record, b.record))
+	})
+	keep := map[recordKey]bool{} // not tried now: still owed a write
+	for wrote := true; wrote; {
+		wrote = false
+		for _, k := range keys {
+			if err, done := s.rows[k]; done && err == nil {
+				continue
+			}
+			t := s.e.tables[k.table]
+			if t == nil {
+				keep[k] = true // written when the app registers the table again
+				continue
+			}
+			if _, ok := s.pending[k]; ok {
+				keep[k] = true
+				continue
+			}
+			var one int
+			err := s.queryRow(ctx, `SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, []any{k.table, k.record}, &one)
+			if err == nil {
+				keep[k] = true
+				continue
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			st, err := s.loadState(ctx, k.table, k.record)
+			if err != nil {
+				return err
+			}
+			if err := s.writeRow(ctx, t, k.record, st.node); err != nil {
+				return err
+			}
+			wrote = wrote || s.rows[k] == nil
+		}
+	}
+	if err := s.exec(ctx, `DELETE FROM sync_unwritten`); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		refusal := s.rows[k]
+		if !keep[k] && refusal == nil {
+			continue
+		}
+		if err := s.exec(ctx, `INSERT INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
+			return err
+		}
+		if refusal != nil {
+			s.report.Unwritten = append(s.report.Unwritten, RecordError{Table: k.table, Record: k.record, Err: refusal})
+		}
+	}
 	return nil
 }
 

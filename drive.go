@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -61,12 +62,21 @@ const folderMime = "application/vnd.google-apps.folder"
 // limits (403 userRateLimitExceeded and rateLimitExceeded, 429, honouring
 // Retry-After), server errors and dropped connections, within the
 // context's deadline. A refused sign-in fails at once with ErrAuth, a full
-// drive with ErrQuota.
+// drive with ErrQuota. A file Drive will not let this account download
+// (403 insufficientFilePermissions, appNotAuthorizedToFile,
+// cannotDownloadFile, downloadQuotaExceeded) makes Open fail with
+// fs.ErrPermission: the engine skips that file and reads it again later.
 type DriveRemote struct {
-	svc   *drive.Service
-	space string // "appDataFolder" or "drive"
-	pacer *pacer.Pacer
-	log   *slog.Logger
+	svc    *drive.Service
+	space  string // "appDataFolder" or "drive"
+	folder string // DriveOptions.Folder
+	pacer  *pacer.Pacer
+	log    *slog.Logger
+
+	// rootMu is held while the root folder is looked up, so that
+	// concurrent first calls look it up once.
+	rootMu    sync.Mutex
+	rootFound bool
 
 	mu      sync.Mutex
 	roots   map[string]bool   // ids of the root folder (several if duplicated)
@@ -78,13 +88,17 @@ type DriveRemote struct {
 	// so the clock keeps millisecond steps and does not jump back.
 	offset    time.Duration
 	haveClock bool
+	account   string // the signed-in user's permission id, once about.get told it
 }
 
-var _ Remote = (*DriveRemote)(nil)
+var _ IdentifiedRemote = (*DriveRemote)(nil)
 
 // NewDriveRemote returns a Remote in the Drive that svc signs into. It
-// finds (or, for DriveOptions.Folder, creates) the root folder, which also
-// checks the sign-in.
+// makes no request, so that an app can open its engine and use its own
+// data offline: the first call that needs the root folder finds it (or,
+// for DriveOptions.Folder, creates it), which also checks the sign-in, and
+// fails with that step's error, a later call trying again. ctx is not
+// used.
 func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) (*DriveRemote, error) {
 	if svc == nil {
 		return nil, errors.New("drive remote: svc is nil")
@@ -101,6 +115,7 @@ func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) 
 	r := &DriveRemote{
 		svc:     svc,
 		space:   "appDataFolder",
+		folder:  opts.Folder,
 		pacer:   pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts),
 		log:     opts.Logger,
 		roots:   map[string]bool{},
@@ -111,24 +126,38 @@ func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) 
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Folder == "" {
+	if opts.Folder != "" {
+		r.space = "drive"
+	}
+	return r, nil
+}
+
+// findRoot looks up the root folder, once: the app-data folder, or
+// DriveOptions.Folder in My Drive, created if missing.
+func (r *DriveRemote) findRoot(ctx context.Context) error {
+	r.rootMu.Lock()
+	defer r.rootMu.Unlock()
+	if r.rootFound {
+		return nil
+	}
+	if r.folder == "" {
 		var root *drive.File
 		err := r.call(ctx, func() (err error) {
-			root, err = svc.Files.Get("appDataFolder").Fields("id").Context(ctx).Do()
+			root, err = r.svc.Files.Get("appDataFolder").Fields("id").Context(ctx).Do()
 			return err
 		})
 		if err != nil {
-			return nil, driveErr("open app-data folder", "", err)
+			return fmt.Errorf("open the app-data folder: %w", err)
 		}
 		r.noteDate(root.Header)
 		r.addRoot(root.Id)
-		return r, nil
+		r.rootFound = true
+		return nil
 	}
-	r.space = "drive"
-	q := fmt.Sprintf("name = %s and 'root' in parents and mimeType = '%s' and trashed = false", quoteQ(opts.Folder), folderMime)
+	q := fmt.Sprintf("name = %s and 'root' in parents and mimeType = '%s' and trashed = false", quoteQ(r.folder), folderMime)
 	found, err := r.query(ctx, q, "files(id)")
 	if err != nil {
-		return nil, driveErr("find folder "+opts.Folder, "", err)
+		return fmt.Errorf("find folder %s: %w", r.folder, err)
 	}
 	for _, f := range found {
 		r.addRoot(f.Id)
@@ -136,15 +165,16 @@ func NewDriveRemote(ctx context.Context, svc *drive.Service, opts DriveOptions) 
 	if len(found) == 0 {
 		var f *drive.File
 		err := r.call(ctx, func() (err error) {
-			f, err = svc.Files.Create(&drive.File{Name: opts.Folder, MimeType: folderMime, Parents: []string{"root"}}).Fields("id").Context(ctx).Do()
+			f, err = r.svc.Files.Create(&drive.File{Name: r.folder, MimeType: folderMime, Parents: []string{"root"}}).Fields("id").Context(ctx).Do()
 			return err
 		})
 		if err != nil {
-			return nil, driveErr("create folder "+opts.Folder, "", err)
+			return fmt.Errorf("create folder %s: %w", r.folder, err)
 		}
 		r.addRoot(f.Id)
 	}
-	return r, nil
+	r.rootFound = true
+	return nil
 }
 
 func (r *DriveRemote) addRoot(id string) {
@@ -160,6 +190,9 @@ func (r *DriveRemote) addRoot(id string) {
 // List returns the files created at or after since, in one paginated
 // listing of the space.
 func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
+	if err := r.findRoot(ctx); err != nil {
+		return nil, driveErr("list", "", err)
+	}
 	q := fmt.Sprintf("trashed = false and mimeType != '%s'", folderMime)
 	if !since.IsZero() {
 		// The store's marker is always listed: the engine reads it every
@@ -218,6 +251,12 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 		resp, err = r.svc.Files.Get(slices.Min(ids)).Context(ctx).Download()
 		return err
 	})
+	var ge *googleapi.Error
+	if errors.As(err, &ge) && ge.Code == http.StatusForbidden && hasReason(ge, fileRefusals...) {
+		// Drive lets this account list the file but not read it: the
+		// file's fault, not the sign-in's (see Remote.Open).
+		return nil, fmt.Errorf("drive remote: open %s: Drive refuses to let this account read the file (%s): %w", name, ge.Errors[0].Reason, fs.ErrPermission)
+	}
 	if err != nil {
 		return nil, driveErr("open", name, err)
 	}
@@ -230,6 +269,9 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader) error {
 	if err := checkRemoteName(name); err != nil {
 		return fmt.Errorf("drive remote: create: %w", err)
+	}
+	if err := r.findRoot(ctx); err != nil {
+		return driveErr("create", name, err)
 	}
 	dir, base := path.Split(name)
 	parent, err := r.ensureDir(ctx, strings.TrimSuffix(dir, "/"))
@@ -250,9 +292,6 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 	attempt := 0
 	err = r.call(ctx, func() (err error) {
 		if attempt++; attempt > 1 {
-			if !canRetry {
-				return errNoRetry
-			}
 			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
 				return err
 			}
@@ -262,6 +301,10 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 		created, err = r.svc.Files.Create(&drive.File{Name: base, Parents: []string{parent}}).
 			Media(body, googleapi.ContentType("application/octet-stream"), googleapi.ChunkSize(0)).
 			Fields("id, size, md5Checksum").Context(ctx).Do()
+		if err != nil && !canRetry {
+			// Another try would send what is left of the content.
+			err = &notRetried{err}
+		}
 		return err
 	})
 	if err != nil {
@@ -278,7 +321,16 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 	return nil
 }
 
-var errNoRetry = errors.New("content cannot be read again for a retry")
+// notRetried marks a failure that must not be retried although its kind
+// usually is. It keeps the failure, so that Drive's status and reason
+// still decide what the caller is told.
+type notRetried struct{ err error }
+
+func (e *notRetried) Error() string {
+	return e.err.Error() + " (not retried: the content cannot be read again)"
+}
+
+func (e *notRetried) Unwrap() error { return e.err }
 
 // Delete removes every file of that name permanently, falling back to the
 // trash where Drive refuses a permanent delete.
@@ -332,11 +384,7 @@ func (r *DriveRemote) Now(ctx context.Context) (time.Time, error) {
 	if have {
 		return time.Now().Add(offset).UTC(), nil
 	}
-	var about *drive.About
-	err := r.call(ctx, func() (err error) {
-		about, err = r.svc.About.Get().Fields("user").Context(ctx).Do()
-		return err
-	})
+	about, err := r.about(ctx)
 	if err != nil {
 		return time.Time{}, driveErr("read clock", "", err)
 	}
@@ -347,6 +395,52 @@ func (r *DriveRemote) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, errors.New("drive remote: Drive's response has no Date header")
 	}
 	return time.Now().Add(r.offset).UTC(), nil
+}
+
+// Identity names the signed-in account (its permission id, which stays
+// the same when the user changes the address) and the folder: the
+// app-data folder, or DriveOptions.Folder in My Drive.
+func (r *DriveRemote) Identity(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("drive remote: identity: %w", err)
+	}
+	r.mu.Lock()
+	account := r.account
+	r.mu.Unlock()
+	if account == "" {
+		about, err := r.about(ctx)
+		if err != nil {
+			return "", driveErr("identify the account", "", err)
+		}
+		r.noteDate(about.Header)
+		if account = about.User.PermissionId; account == "" {
+			return "", errors.New("drive remote: Drive did not say which account is signed in")
+		}
+	}
+	id := "drive:" + account + ":" + r.space
+	if r.folder != "" {
+		id += ":" + r.folder
+	}
+	return id, nil
+}
+
+// about reads the signed-in user, remembering the account for Identity.
+func (r *DriveRemote) about(ctx context.Context) (*drive.About, error) {
+	var about *drive.About
+	err := r.call(ctx, func() (err error) {
+		about, err = r.svc.About.Get().Fields("user(permissionId)").Context(ctx).Do()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if about.User == nil {
+		about.User = &drive.User{}
+	}
+	r.mu.Lock()
+	r.account = cmp.Or(about.User.PermissionId, r.account)
+	r.mu.Unlock()
+	return about, nil
 }
 
 // noteDate narrows the clock estimate: when a response says D, Drive's
@@ -489,6 +583,9 @@ func (r *DriveRemote) lookup(ctx context.Context, name string) ([]string, error)
 	if err := checkRemoteName(name); err != nil {
 		return nil, err
 	}
+	if err := r.findRoot(ctx); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	ids := r.ids[name]
 	r.mu.Unlock()
@@ -522,21 +619,31 @@ func (r *DriveRemote) lookup(ctx context.Context, name string) ([]string, error)
 	return ids, nil
 }
 
-// call runs one Drive request under the pacer.
+// call runs one Drive request under the pacer. When the tries run out, the
+// error is the last one Drive gave, so that its status and reason reach
+// the caller.
 func (r *DriveRemote) call(ctx context.Context, fn func() error) error {
-	return r.pacer.Call(ctx, fn, func(err error) pacer.Retry {
+	tries, transient := 0, false
+	err := r.pacer.Call(ctx, func() error { tries++; return fn() }, func(err error) pacer.Retry {
 		retry := classifyDrive(err)
-		if retry.Again {
+		if transient = retry.Again; transient {
 			r.log.Info("drive remote: retrying", "err", err, "after", retry.After)
 		}
 		return retry
 	})
+	if err != nil && transient && ctx.Err() == nil {
+		err = fmt.Errorf("%w (gave up after %d tries)", err, tries)
+	}
+	return err
 }
 
 // classifyDrive decides which failures are worth another try: rate
 // limits, server errors and dropped connections. The Go client does not
 // retry drive/v3 calls itself.
 func classifyDrive(err error) pacer.Retry {
+	if errors.As(err, new(*notRetried)) {
+		return pacer.Retry{}
+	}
 	var ge *googleapi.Error
 	if errors.As(err, &ge) {
 		after := retryAfter(ge.Header)
@@ -585,6 +692,10 @@ func hasReason(ge *googleapi.Error, reasons ...string) bool {
 	return false
 }
 
+// fileRefusals are the reasons of a 403 that concern one file, not the
+// account or the app's access to the space.
+var fileRefusals = []string{"insufficientFilePermissions", "appNotAuthorizedToFile", "cannotDownloadFile", "downloadQuotaExceeded"}
+
 func isNotFound(err error) bool {
 	var ge *googleapi.Error
 	return errors.As(err, &ge) && ge.Code == http.StatusNotFound
@@ -607,7 +718,12 @@ func driveErr(op, name string, err error) error {
 	}
 	var ge *googleapi.Error
 	var re *oauth2.RetrieveError
+	var ne *net.OpError
+	var dns *net.DNSError
 	switch {
+	case errors.As(err, &ne) && ne.Op == "dial" || errors.As(err, &dns):
+		// Offline, most likely: say so before the transport's details.
+		return fmt.Errorf("%s: cannot reach Google Drive; check the network connection: %w", what, err)
 	case errors.Is(err, fs.ErrNotExist) || isNotFound(err):
 		return fmt.Errorf("%s: %w", what, fs.ErrNotExist)
 	case errors.As(err, &re):

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 	"google.golang.org/api/drive/v3"
+	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 
 	"github.com/drivesync/drivesync"
@@ -238,4 +239,23 @@ func TestRealDrive(t *testing.T) {
 		}
 		return r
 	}, remotetest.Options{CreateMayRace: true})
+}
+
+// TestDriveUnseekableUploadKeepsError: content that cannot be read again
+// is not retried, and the error is Drive's own answer, not a note that
+// no retry was possible.
+func TestDriveUnseekableUploadKeepsError(t *testing.T) {
+	srv := drivefake.New(t)
+	r := newDrive(t, srv, fastRetries)
+	createFile(t, r, "2026/11/22/warm", "x") // the day folder exists
+	srv.ResetRequests()
+	srv.Fail(drivefake.Fault{Method: "POST", PathPrefix: "/upload/drive/v3/files", Status: http.StatusServiceUnavailable, Times: 1})
+	err := r.Create(context.Background(), "2026/11/22/c", io.MultiReader(strings.NewReader("payload")))
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) || ge.Code != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("got %v, want Drive's 503", err)
+	}
+	if n := srv.Requests(); n != 2 { // the name check and one upload
+		t.Errorf("%d requests, want 2: %v", n, srv.RequestLog())
+	}
 }

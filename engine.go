@@ -81,8 +81,10 @@ type Report struct {
 	// ChangesSent the changes in the uploaded file.
 	ChangesReceived, ChangesSent int
 	// Rejected lists remote files that were skipped because they are
-	// malformed, too large or of a newer format. Nothing of them was
-	// applied; the sync went on without them.
+	// malformed, too large or of a newer format, or because the remote
+	// refused to let this device read them (fs.ErrPermission, see
+	// Remote.Open). Nothing of them was applied; the sync went on
+	// without them, and reads them again later.
 	Rejected []FileError
 	// Unregistered counts received changes to tables this app does not
 	// register. They are kept in sync_states and reach the app's table
@@ -97,9 +99,12 @@ type Report struct {
 	Snapshot string
 	Deleted  int
 	// Unwritten lists synced records whose row the app's table refused
-	// (a UNIQUE, NOT NULL or CHECK constraint on a projection column).
-	// sync_states has them; the row keeps its old content until a later
-	// change of the record can be written.
+	// (a UNIQUE, NOT NULL or CHECK constraint on a projection column, a
+	// foreign key) and still refuses at the end of this sync. sync_states
+	// has them; the row keeps its old content. Every later Sync tries
+	// them again, and writes each as soon as the table takes it (another
+	// row gave up the UNIQUE value, the parent row appeared), even if
+	// the record itself never changes again.
 	Unwritten []RecordError
 }
 
@@ -218,7 +223,8 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 // become pending (their differences from the synced state are sent at the
 // next sync), and synced records it lacks are written into it. A record
 // the table's own constraints refuse is skipped (OR IGNORE), as a sync
-// skips it (Report.Unwritten); it stays in sync_states.
+// skips it (Report.Unwritten); it stays in sync_states, and the next sync
+// tries it again.
 func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 	tbl := quoteIdent(t.name)
 	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?, id FROM %s`, tbl), t.name); err != nil {
@@ -240,6 +246,11 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`,
 		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), tbl)
 	if _, err := q.ExecContext(ctx, insert, t.name); err != nil {
+		return err
+	}
+	refused := fmt.Sprintf(`INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) SELECT ?1, s.record_id FROM sync_states s
+WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`, tbl)
+	if _, err := q.ExecContext(ctx, refused, t.name); err != nil {
 		return err
 	}
 	_, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)

@@ -37,7 +37,7 @@ type FolderRemote struct {
 	dir string // absolute path of the root
 }
 
-var _ Remote = (*FolderRemote)(nil)
+var _ IdentifiedRemote = (*FolderRemote)(nil)
 
 // NewFolderRemote returns a FolderRemote rooted at dir, made absolute so that
 // a later change of working directory does not move it.
@@ -299,6 +299,19 @@ func (r *FolderRemote) Delete(ctx context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+// Identity returns the folder's absolute path, with symbolic links
+// resolved: a link moved to another folder is another remote.
+func (r *FolderRemote) Identity(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("folder remote: identity: %w", err)
+	}
+	dir, err := filepath.EvalSymlinks(r.dir)
+	if err != nil {
+		return "", fmt.Errorf("folder remote: identity: %w", err)
+	}
+	return "folder:" + dir, nil
 }
 
 // Now returns the local clock: the files of a shared folder carry no time the

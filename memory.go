@@ -3,6 +3,7 @@ package drivesync
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"io/fs"
@@ -24,6 +25,7 @@ type MemoryRemote struct {
 	mu    sync.Mutex
 	now   func() time.Time
 	files map[string]memoryFile
+	id    string // see Identity; "" until asked
 }
 
 type memoryFile struct {
@@ -31,7 +33,7 @@ type memoryFile struct {
 	created time.Time
 }
 
-var _ Remote = (*MemoryRemote)(nil)
+var _ IdentifiedRemote = (*MemoryRemote)(nil)
 
 // NewMemoryRemote returns an empty MemoryRemote using time.Now as its clock.
 func NewMemoryRemote() *MemoryRemote {
@@ -127,6 +129,20 @@ func (m *MemoryRemote) Delete(ctx context.Context, name string) error {
 	defer m.mu.Unlock()
 	delete(m.files, name)
 	return nil
+}
+
+// Identity returns an id drawn at random for this MemoryRemote: every
+// MemoryRemote is a storage of its own.
+func (m *MemoryRemote) Identity(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("memory remote: identity: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.id == "" {
+		m.id = "memory:" + rand.Text()
+	}
+	return m.id, nil
 }
 
 // Now returns the remote's clock, as set by SetClock.

@@ -57,12 +57,16 @@ func saveOutbox(ctx context.Context, q querier, name string, f *os.File) error {
 }
 
 // outboxReader streams a stored file back, one chunk in memory at a time.
+// It can seek, so that a Remote that retries an upload (Drive after a 503
+// or a 429) can read the file again from the start.
 type outboxReader struct {
 	ctx  context.Context
 	q    querier
 	name string
-	seq  int
-	cur  []byte
+	seq  int    // the next chunk to load
+	skip int    // bytes of that chunk before the position (after a Seek)
+	pos  int64  // the position of the next byte Read returns
+	cur  []byte // the rest of the loaded chunk
 	done bool
 }
 
@@ -80,10 +84,37 @@ func (r *outboxReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		r.seq++
+		r.cur = r.cur[min(r.skip, len(r.cur)):]
+		r.skip = 0
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
+	r.pos += int64(n)
 	return n, nil
+}
+
+// Seek relies on saveOutbox's layout: every chunk but the last holds
+// exactly outboxChunk bytes.
+func (r *outboxReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += r.pos
+	case io.SeekEnd:
+		var size int64
+		if err := r.q.QueryRowContext(r.ctx, `SELECT coalesce(sum(length(data)), 0) FROM sync_outbox WHERE name = ?`, r.name).Scan(&size); err != nil {
+			return 0, err
+		}
+		offset += size
+	default:
+		return 0, errors.New("outbox: invalid whence")
+	}
+	if offset < 0 {
+		return 0, errors.New("outbox: negative position")
+	}
+	r.pos, r.seq, r.skip = offset, int(offset/outboxChunk), int(offset%outboxChunk)
+	r.cur, r.done = nil, false
+	return offset, nil
 }
 
 // remoteMatchesOutbox reports whether the remote file of that name holds

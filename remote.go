@@ -2,8 +2,10 @@ package drivesync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"time"
 )
@@ -29,6 +31,17 @@ type Remote interface {
 
 	// Open opens the named file for reading. A file that does not exist
 	// gives an error that matches fs.ErrNotExist.
+	//
+	// An error that matches fs.ErrPermission says that this one file may
+	// not be read while the remote itself works: a file another user of
+	// a shared folder made unreadable, a file Drive will not let this
+	// account download. The engine skips such a file, reports it in
+	// Report.Rejected and reads it again later, as it does a malformed
+	// file. Every other error says that the remote is failing (the
+	// network, the service, the sign-in, a cancelled context); it fails
+	// the sync with ErrRemote, or the context's error, and the next
+	// sync tries again. So an Open must not report an outage as
+	// fs.ErrPermission, nor a refusal of one file as an outage.
 	Open(ctx context.Context, name string) (io.ReadCloser, error)
 
 	// Create stores content under name, creating parent folders as
@@ -46,6 +59,40 @@ type Remote interface {
 	// devices whose clocks disagree still sort their files in the order
 	// the remote saw them.
 	Now(ctx context.Context) (time.Time, error)
+}
+
+// unreadableFile reports whether err, from Remote.Open, means that this one
+// file cannot be read while the remote works (see Remote.Open). An error
+// once ctx is done is the sync's end, whatever it says. The marker and the
+// device's own upload are not skipped this way: without them a sync cannot
+// go on, so any error reading them fails it.
+func unreadableFile(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(err, fs.ErrPermission)
+}
+
+// An IdentifiedRemote is a Remote that can name the storage behind it: the
+// folder, the account and space, the bucket its files live in.
+//
+// The engine needs it for one decision. When the remote holds a store
+// other than this database's, created moments after this database created
+// its own, two explanations fit: another device created the store's marker
+// at the same moment on the same storage (the engine joins that store,
+// uploading what it had), or the app now points at another folder or
+// account where another store began at about the same time (the engine
+// stops with ErrRemoteChanged and lets the app decide). The engine records
+// the identity when it binds to a store; only a remote with the same
+// identity gets the first explanation. With a Remote that cannot tell, the
+// engine takes the first.
+type IdentifiedRemote interface {
+	Remote
+	// Identity returns a string that stays the same for as long as the
+	// Remote reaches the same storage, across restarts of the app where
+	// the storage outlives them, and differs for any other storage the
+	// app could be pointed at. Identities are compared only with those
+	// the same device recorded, never across devices: a shared folder
+	// may have a different path on each machine. The engine stores and
+	// shows it, so it must hold no secret.
+	Identity(ctx context.Context) (string, error)
 }
 
 // RemoteFile describes one file of a Remote.

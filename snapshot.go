@@ -483,6 +483,13 @@ func (s *syncRun) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	identity, recorded, err := s.remoteIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	// Our marker made moments ago explains a different store, or none,
+	// only on the storage we made it on.
+	sameRemote := identity == "" || recorded == "" || identity == recorded
 	var set []string
 	switch {
 	case found && m.Store == bound:
@@ -497,6 +504,8 @@ func (s *syncRun) bind(ctx context.Context) error {
 		}
 	case found && bound == "":
 		set = append(set, metaStore, m.Store) // the first sync with this remote
+	case found && m.Store != bound && !sameRemote:
+		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s, and the remote is %s, not %s where this database synced: the app is pointed at another folder or signed in to another account. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound, identity, recorded)}
 	case found && claim != "" && racedWith(claim, m.Created, e.cfg.ListOverlap):
 		// Our own marker lost a race with another device's, created in
 		// the same moment (Drive allows two files of one name, and every
@@ -507,12 +516,14 @@ func (s *syncRun) bind(ctx context.Context) error {
 			return err
 		}
 		s.rebound = true
-		last = ""
+		last, recorded = "", "" // rebind forgot them
 		// Until the listings settle, the marker every device reads may
 		// still change: keep treating a change as this race.
 		set = append(set, metaStoreClaim, claim)
 	case found:
 		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s: the app may be signed in to another account or pointed at another folder. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound)}
+	case bound != "" && !sameRemote:
+		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s, and it is %s, not %s where store %s lives: the app is pointed at another folder or signed in to another account. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, identity, recorded, bound)}
 	case bound != "" && claim != "" && !strings.HasPrefix(claim, claimSeen) && racedWith(claim, s.cursor, 2*e.cfg.ListOverlap):
 		// We created the marker moments ago; the remote does not list
 		// it yet.
@@ -550,10 +561,32 @@ func (s *syncRun) bind(ctx context.Context) error {
 		// A store's first snapshot is due in the month after it began.
 		set = append(set, metaSnapshot, m.Created.UTC().Format(time.RFC3339Nano))
 	}
+	if identity != recorded && identity != "" {
+		// Bound, or still bound, through this remote: a folder that moved
+		// is recorded where it is now.
+		set = append(set, metaRemoteID, identity)
+	}
 	if len(set) == 0 {
 		return nil
 	}
 	return s.setMetas(ctx, set...)
+}
+
+// remoteIdentity returns the identity of the remote (see IdentifiedRemote)
+// and the one recorded when this database last bound to its store; each is
+// "" when unknown.
+func (s *syncRun) remoteIdentity(ctx context.Context) (identity, recorded string, err error) {
+	if recorded, err = getMeta(ctx, s.conn, metaRemoteID); err != nil {
+		return "", "", &Error{Op: "sync", Err: err}
+	}
+	r, ok := s.e.cfg.Remote.(IdentifiedRemote)
+	if !ok {
+		return "", recorded, nil
+	}
+	if identity, err = r.Identity(ctx); err != nil {
+		return "", "", remoteErr("identify remote", "", err)
+	}
+	return identity, recorded, nil
 }
 
 // claimSeen prefixes the claim once this device has read its marker back.
@@ -707,6 +740,9 @@ func (r rejection) Error() string { return r.err.Error() }
 func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, error) {
 	_, _, device, _ := parseFileName(name)
 	rc, err := s.e.cfg.Remote.Open(ctx, name)
+	if unreadableFile(ctx, err) {
+		return stateHeader{}, rejection{err}
+	}
 	if err != nil {
 		return stateHeader{}, remoteErr("download", name, err)
 	}
@@ -869,6 +905,10 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 		} else {
 			s.snapshotGone(RemoteFile{Name: d.name})
 		}
+		return stateHeader{}, nil
+	}
+	if unreadableFile(ctx, err) {
+		s.reject(d, err)
 		return stateHeader{}, nil
 	}
 	if err != nil {
@@ -1280,7 +1320,7 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if join {
 			j = "1"
 		}
-		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}} {
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}} {
 			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
 				return err
 			}

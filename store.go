@@ -17,7 +17,9 @@ import (
 // The engine's own tables. sync_control, sync_pending_changes and
 // sync_states are the tables of seed 000; sync_meta holds this device's
 // identity and cursor, sync_files the remote files already applied (or
-// rejected), sync_outbox an upload not yet committed (see outbox.go).
+// rejected), sync_outbox an upload not yet committed (see outbox.go),
+// sync_unwritten the synced records whose row the app's table refused
+// (see retryUnwritten).
 //
 // sync_pending_changes stores only which records changed, not their
 // content: the engine reads the content from the app's table when it
@@ -67,6 +69,11 @@ CREATE TABLE IF NOT EXISTS sync_files (
 	reader TEXT NOT NULL DEFAULT '',
 	attempts INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_unwritten (
+	table_name TEXT NOT NULL,
+	record_id TEXT NOT NULL,
+	PRIMARY KEY (table_name, record_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_outbox (
 	name TEXT NOT NULL,
 	seq INTEGER NOT NULL,
@@ -86,6 +93,7 @@ const (
 	metaSnapshot   = "snapshot"      // the newest snapshot seen or written
 	metaCompact    = "compact"       // this device's snapshot whose compaction is due
 	metaJoin       = "join"          // set by JoinRemote until the merge file is uploaded
+	metaRemoteID   = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
 	schemaVersion  = "2"
 )
 
@@ -114,7 +122,7 @@ var migrations = map[string][]string{
 // Names of the engine's tables, which an app table may not use.
 var reservedTables = map[string]bool{
 	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
-	"sync_meta": true, "sync_files": true, "sync_outbox": true,
+	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true,
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

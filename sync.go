@@ -107,6 +107,7 @@ type syncRun struct {
 	dirty   bool // another connection committed since the pending rows were read
 	pending map[recordKey]pendingEdit
 	stmts   map[string]*sql.Stmt
+	rows    map[recordKey]error // the last write of each app row: nil, or why the table refused it
 
 	store     string                 // the store id of the remote's marker
 	limits    Limits                 // the store's limits, from its marker
@@ -242,7 +243,11 @@ func (s *syncRun) run(ctx context.Context) error {
 	if err := s.hook("planned"); err != nil {
 		return err
 	}
-	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.checked) == 0 && len(s.forget) == 0 {
+	unwritten, err := s.hasUnwritten(ctx)
+	if err != nil {
+		return err
+	}
+	if s.plan.n == 0 && len(s.download) == 0 && len(s.report.Rejected) == 0 && len(s.checked) == 0 && len(s.forget) == 0 && !unwritten {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
 		return s.saveCursor(ctx)
@@ -398,11 +403,14 @@ func (s *syncRun) fetchFile(ctx context.Context, d *downloaded) error {
 		return nil
 	}
 	rc, err := e.cfg.Remote.Open(ctx, d.name)
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		s.vanished(d)
 		return nil
-	}
-	if err != nil {
+	case unreadableFile(ctx, err):
+		s.reject(d, err)
+		return nil
+	case err != nil:
 		return remoteErr("download", d.name, err)
 	}
 	defer rc.Close()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -390,5 +391,31 @@ func TestDriveFull(t *testing.T) {
 	}
 	if got := g.device("b").run("sync"); !strings.Contains(got, "received 1 change") {
 		t.Errorf("another device's sync: %q", got)
+	}
+}
+
+// TestDriveOffline: with the sign-in saved, the local commands work
+// without the network; only sync needs Google Drive.
+func TestDriveOffline(t *testing.T) {
+	g := newFakeGoogle(t)
+	a := g.device("a")
+	a.run("add", "written online")
+	a.run("sync")
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	setDriveService(t, func(ctx context.Context, client *http.Client) (*drive.Service, error) {
+		return drive.NewService(ctx, option.WithEndpoint("http://"+dead+"/drive/v3/"), option.WithHTTPClient(client))
+	})
+	id := strings.TrimSpace(a.run("add", "written offline"))
+	list := a.run("list")
+	for _, want := range []string{id, "written offline", "written online"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("offline list %q, want it to contain %q", list, want)
+		}
 	}
 }

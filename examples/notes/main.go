@@ -197,7 +197,9 @@ type app struct {
 
 // openRemote returns the remote the devices share: the folder of -remote,
 // or with -drive the app-data folder in the user's Google Drive, signing
-// in first if no sign-in is saved. NewDriveRemote checks the sign-in.
+// in first if no sign-in is saved. With a saved sign-in it needs no
+// network: the local commands work offline, and sync finds out whether
+// Drive takes the sign-in.
 func openRemote(ctx context.Context, opts options) (drivesync.Remote, error) {
 	if !opts.drive {
 		return drivesync.NewFolderRemote(opts.remoteDir)

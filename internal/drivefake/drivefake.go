@@ -95,6 +95,7 @@ type Server struct {
 	log      []string
 	pages    map[string]pageState
 	uploads  map[string]*uploadSession
+	user     drive.User // the signed-in user about.get reports
 }
 
 // A file is the server's record of one stored file or folder.
@@ -144,6 +145,13 @@ func New(t testing.TB) *Server {
 		files:   make(map[string]*file),
 		pages:   make(map[string]pageState),
 		uploads: make(map[string]*uploadSession),
+		user: drive.User{
+			Kind:         "drive#user",
+			DisplayName:  "Fake User",
+			EmailAddress: "fake.user@example.com",
+			PermissionId: "00000000000000000001",
+			Me:           true,
+		},
 	}
 	s.mux = s.routes()
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
@@ -211,6 +219,15 @@ func (s *Server) SetListingLag(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lag = max(n, 0)
+}
+
+// SetUser changes the signed-in user that about.get reports, so that two
+// servers can stand for two accounts. Every server starts with the same
+// user, fake.user@example.com with permission id 00000000000000000001.
+func (s *Server) SetUser(email, permissionID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.user.EmailAddress, s.user.PermissionId = email, permissionID
 }
 
 // Files returns a snapshot of every stored file and folder, in creation

@@ -54,6 +54,7 @@ func (s *Server) handleAbout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	user := s.user
 	var usage, trash int64
 	for _, f := range s.files {
 		usage += int64(len(f.content))
@@ -64,13 +65,7 @@ func (s *Server) handleAbout(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, &drive.About{
 		Kind: "drive#about",
-		User: &drive.User{
-			Kind:         "drive#user",
-			DisplayName:  "Fake User",
-			EmailAddress: "fake.user@example.com",
-			PermissionId: "00000000000000000001",
-			Me:           true,
-		},
+		User: &user,
 		StorageQuota: &drive.AboutStorageQuota{
 			Limit:             quotaLimit,
 			Usage:             usage,

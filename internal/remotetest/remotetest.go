@@ -53,6 +53,7 @@ func Run(t *testing.T, newRemote func(t *testing.T) drivesync.Remote, opts ...Op
 		{"CancelledContext", testCancelledContext},
 		{"CancelDuringCreate", testCancelDuringCreate},
 		{"InvalidNames", testInvalidNames},
+		{"Identity", testIdentity},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -377,4 +378,28 @@ func preview(b []byte) string {
 		return fmt.Sprintf("%q...", b[:16])
 	}
 	return fmt.Sprintf("%q", b)
+}
+
+// testIdentity checks the optional IdentifiedRemote: a non-empty identity
+// that does not change while the Remote reaches the same storage, and a
+// cancelled context honoured.
+func testIdentity(t *testing.T, r drivesync.Remote) {
+	ir, ok := r.(drivesync.IdentifiedRemote)
+	if !ok {
+		t.Skip("the Remote does not implement IdentifiedRemote")
+	}
+	ctx := context.Background()
+	first, err := ir.Identity(ctx)
+	if err != nil || first == "" {
+		t.Fatalf("Identity = %q, %v; want a non-empty identity", first, err)
+	}
+	create(t, r, "2026/11/22/a", []byte("a"))
+	if again, err := ir.Identity(ctx); err != nil || again != first {
+		t.Errorf("Identity = %q, %v after a Create; want %q again", again, err, first)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := ir.Identity(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Identity with a cancelled context: %v, want context.Canceled", err)
+	}
 }
