@@ -47,6 +47,7 @@ func Run(t *testing.T, d Driver) {
 		test func(t *testing.T, d Driver)
 	}{
 		{"SQLiteVersion", testSQLiteVersion},
+		{"DSNPragmas", testDSNPragmas},
 		{"ErrorCodes", testErrorCodes},
 		{"Converge", testConverge},
 		{"ConcurrentFieldEdits", testConcurrentFieldEdits},
@@ -56,6 +57,7 @@ func Run(t *testing.T, d Driver) {
 		{"AppWritesWhileSyncing", testAppWritesWhileSyncing},
 		{"UploadNotCommitted", testUploadNotCommitted},
 		{"SnapshotBootstrap", testSnapshotBootstrap},
+		{"CancelledSyncs", testCancelledSyncs},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.test(t, d) })

@@ -2,8 +2,10 @@ package drivertest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,6 +32,53 @@ func testSQLiteVersion(t *testing.T, d Driver) {
 		t.Fatalf("%s (SQLite %s): JSONB round trip gave %q, %q, %v; want {\"a\":1,\"b\":[2]}, blob", d.Name, version, text, kind, err)
 	}
 	t.Logf("%s bundles SQLite %s", d.Name, version)
+}
+
+// testDSNPragmas: the driver's DSN sets what the README recommends, on
+// every connection of the pool: WAL, the busy timeout, synchronous
+// NORMAL, and app transactions that take the write lock at BEGIN.
+func testDSNPragmas(t *testing.T, d Driver) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "dsn.db")
+	db := openDB(t, d.Name, d.DSN(path, 10*time.Second))
+	var conns []*sql.Conn
+	for range 2 { // two connections: each must have the pragmas
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		var mode string
+		var timeout, synchronous int
+		if err := c.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&timeout); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&synchronous); err != nil {
+			t.Fatal(err)
+		}
+		if mode != "wal" || timeout != 10000 || synchronous != 1 {
+			t.Errorf("connection %d: journal_mode %s, busy_timeout %d, synchronous %d; want wal, 10000, 1 (NORMAL)", i, mode, timeout, synchronous)
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	other := openDB(t, d.Name, d.DSN(path, 0))
+	if _, err := other.Exec(`CREATE TABLE IF NOT EXISTS x (y)`); err == nil {
+		t.Fatal("another connection wrote while an app transaction was open: the DSN's BEGIN does not take the write lock")
+	}
 }
 
 // testConverge: creates, edits and deletes in both directions, in a JSONB
@@ -335,4 +384,101 @@ func testAppWritesWhileSyncing(t *testing.T, d Driver) {
 	if err := b.db.QueryRow(`SELECT count(*) FROM notes WHERE id LIKE 'w%'`).Scan(&n); err != nil || n != writes {
 		t.Fatalf("modernc holds %d of the app's %d writes (%v)", n, writes, err)
 	}
+}
+
+// testCancelledSyncs: syncs whose context ends at random moments, at a
+// step boundary or inside the final transaction, lose nothing: the
+// driver's interrupted statements leave no transaction open on the
+// app's pool, and plain syncs afterwards converge with every edit.
+func testCancelledSyncs(t *testing.T, d Driver) {
+	var cancelAt struct {
+		step   string
+		done   int
+		cancel context.CancelFunc
+	}
+	a, b := pair(t, d, schema, func(cfg *drivesync.Config) {
+		cfg.Progress = func(p drivesync.Progress) {
+			if c := cancelAt.cancel; c != nil && p.Step == cancelAt.step && p.Done == cancelAt.done {
+				c()
+			}
+		}
+	})
+	points := []struct {
+		step string
+		done int
+	}{{"list", 1}, {"download", 0}, {"upload", 0}, {"upload", 1}, {"apply", 0}, {"apply", 1}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]string{}
+	typical := 10 * time.Millisecond // the length of the last sync not cancelled
+	var cancelled, completed int
+	for i := range 60 {
+		id := fmt.Sprintf("a%d", i%10)
+		want[id] = fmt.Sprintf(`{"i":%d}`, i)
+		a.put(id, want[id])
+		b.put(fmt.Sprintf("b%d", i%5), fmt.Sprintf(`{"i":%d}`, i))
+		b.sync()
+		ctx, cancel := context.WithCancel(context.Background())
+		switch i % 3 {
+		case 0: // now and then a sync that runs to its end
+		case 1:
+			p := points[rng.IntN(len(points))]
+			cancelAt.step, cancelAt.done, cancelAt.cancel = p.step, p.done, cancel
+		case 2:
+			time.AfterFunc(time.Duration(rng.Int64N(int64(typical))), cancel)
+		}
+		began := time.Now()
+		_, err := a.eng.Sync(ctx)
+		switch {
+		case err == nil:
+			completed++
+			typical = max(time.Since(began), time.Millisecond)
+		case ctx.Err() == nil:
+			t.Fatalf("sync %d failed without being cancelled: %v", i, err)
+		default:
+			cancelled++
+		}
+		cancelAt.cancel = nil
+		cancel()
+		if n := openTransactions(t, a.db); n > 0 {
+			t.Fatalf("after sync %d (%v), %d idle connections of the app's pool are inside a transaction", i, err, n)
+		}
+	}
+	t.Logf("%d syncs cancelled, %d completed", cancelled, completed)
+	if cancelled == 0 {
+		t.Fatal("no sync was cancelled")
+	}
+	converged(t, a, b)
+	for id, content := range want {
+		if got := b.get(id); got != content {
+			t.Errorf("modernc has %s = %q, want %s", id, got, content)
+		}
+	}
+}
+
+// openTransactions counts the idle connections of db's pool that are
+// inside a transaction nothing is running: an app write on one of them
+// would never commit.
+func openTransactions(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	ctx := context.Background()
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	found := 0
+	for range db.Stats().Idle {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := c.ExecContext(ctx, "BEGIN"); err != nil {
+			found++
+		} else if _, err := c.ExecContext(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return found
 }
