@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // The sync's one write transaction: merge the own and received changes
@@ -373,7 +374,7 @@ func (s *syncRun) rowResult(t *tableInfo, id string, err error) error {
 		return nil
 	}
 	err = &Error{Op: "write", Table: t.name, Record: id, Err: err}
-	if !isConstraint(err) {
+	if !sqliteerr.IsConstraint(err) {
 		return err
 	}
 	s.e.log.Warn("drivesync: row refused by the table's constraints", "table", t.name, "record", id, "err", err)

@@ -68,6 +68,13 @@
 // busy timeout (see the README) so writers wait for the engine's short
 // final transaction instead of failing.
 //
+// # Drivers
+//
+// The engine uses only database/sql and imports no SQLite driver. It is
+// tested with modernc.org/sqlite, github.com/mattn/go-sqlite3 and
+// github.com/ncruces/go-sqlite3, which need SQLite 3.45 or later (JSONB);
+// the README gives each one's DSN.
+//
 // # Remote files
 //
 // Everything read from the remote is untrusted. Table names are checked

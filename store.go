@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // The engine's own tables. sync_control, sync_pending_changes and
@@ -355,7 +357,7 @@ func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 		// The driver may report a context that ended during a BEGIN that
 		// did begin: never leave the connection inside a transaction.
 		endTx(conn)
-		if !isBusy(err) {
+		if !sqliteerr.IsBusy(err) {
 			return err
 		}
 		sleep := backoff/2 + rand.N(backoff)
@@ -372,25 +374,4 @@ func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 // SQLite's error is the expected answer and is ignored.
 func endTx(conn *sql.Conn) {
 	conn.ExecContext(context.Background(), "ROLLBACK")
-}
-
-// sqliteCode returns the primary result code of a SQLite error from any
-// driver whose errors have Code() int, as modernc.org/sqlite's do, or -1.
-func sqliteCode(err error) int {
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		return coded.Code() & 0xff
-	}
-	return -1
-}
-
-// isConstraint reports SQLITE_CONSTRAINT (19).
-func isConstraint(err error) bool { return sqliteCode(err) == 19 }
-
-// isBusy reports SQLITE_BUSY and SQLITE_LOCKED (primary codes 5 and 6,
-// extended codes included) from any driver whose errors have Code() int,
-// as modernc.org/sqlite's do.
-func isBusy(err error) bool {
-	c := sqliteCode(err)
-	return c == 5 || c == 6
 }
