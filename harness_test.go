@@ -643,22 +643,28 @@ type model struct {
 // with removals, and the convergence check covers them.
 func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
 	var patch []string
-	if add {
+	var present []string
+	rows, err := d.db.Query(`SELECT j.key FROM notes, json_each(notes.content) AS j WHERE notes.id = ? AND j.key LIKE 'z%'`, id)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		rows.Scan(&k)
+		present = append(present, k)
+	}
+	rows.Close()
+	// One batch at a time per record, so that one change stays within
+	// the store's smallest record limit (a larger one is not sent).
+	if add && len(present) == 0 {
 		for i := range rapid.IntRange(10, 20).Draw(rt, "batchKeys") {
 			patch = append(patch, fmt.Sprintf(`"z%03d_%02d_%s_removed":%q`, d.seq, i, d.name, val))
 		}
 		count("write: a batch of keys added")
 	} else {
-		rows, err := d.db.Query(`SELECT j.key FROM notes, json_each(notes.content) AS j WHERE notes.id = ? AND j.key LIKE 'z%'`, id)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		for rows.Next() {
-			var k string
-			rows.Scan(&k)
+		for _, k := range present {
 			patch = append(patch, fmt.Sprintf(`%q:null`, k))
 		}
-		rows.Close()
 		if len(patch) == 0 {
 			return
 		}
