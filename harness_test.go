@@ -543,6 +543,28 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 	return r, err
 }
 
+// removalRun adds a batch of keys to a record and removes it again,
+// syncing in between, several times over: each removal leaves tombstones
+// in the record's clock, which in a store with a small record limit
+// outgrows what a snapshot may hold.
+func removalRun(rt *rapid.T, m *model, d *hdevice, label string) {
+	id := rapid.SampledFrom(harnessRecords).Draw(rt, label+"runRecord")
+	if _, exists := d.local(rt, id); !exists {
+		return
+	}
+	count("write: a long run of key removals")
+	for range rapid.IntRange(3, 6).Draw(rt, "rounds") {
+		for _, add := range []bool{true, false} {
+			d.seq++
+			m.batch(rt, d, id, fmt.Sprintf("%s#%d", d.name, d.seq), add)
+			d.sync(rt, "", "", nil)
+		}
+	}
+	// A snapshot now: its writer must refuse it if the clock outgrew
+	// the limit, and compact nothing on its authority.
+	d.run(rt, true, "", "", nil)
+}
+
 // hostileFile writes a patch file of no device stamped with an extreme
 // version: at or beyond the stamping limit, or far above what its time
 // allows (every device must reject it, and keep stamping), or once per
@@ -657,8 +679,8 @@ func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
 	// One batch at a time per record, so that one change stays within
 	// the store's smallest record limit (a larger one is not sent).
 	if add && len(present) == 0 {
-		for i := range rapid.IntRange(10, 20).Draw(rt, "batchKeys") {
-			patch = append(patch, fmt.Sprintf(`"z%03d_%02d_%s_removed":%q`, d.seq, i, d.name, val))
+		for i := range rapid.IntRange(8, 14).Draw(rt, "batchKeys") {
+			patch = append(patch, fmt.Sprintf(`"z%03d_%02d_%s_a_key_that_is_removed":%q`, d.seq, i, d.name, val))
 		}
 		count("write: a batch of keys added")
 	} else {
@@ -863,7 +885,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			w.drive.Fail(driveFaults[w.rng.IntN(len(driveFaults))])
 			count("fault drive http")
 		}
-		switch rapid.IntRange(0, 16).Draw(rt, "action") {
+		switch rapid.IntRange(0, 17).Draw(rt, "action") {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
 		case 4, 5:
@@ -918,6 +940,12 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			offlineAcrossCompactions(rt, w, m, devs, d, label)
 		case 16:
 			hostileFile(rt, w, devs, label)
+		case 17:
+			if !m.batches {
+				d.sync(rt, "", "", nil)
+				break
+			}
+			removalRun(rt, m, d, label)
 		}
 	}
 	// Quiescence: no faults, every file visible, sync until nothing moves.
