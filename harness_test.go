@@ -964,6 +964,8 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	// Every rejected file is due to be read again.
 	w.advance(rejectRetryMax + time.Hour)
 	quiesce(rt, w, devs)
+	checkLedgers(rt, w, devs)
+	quiesce(rt, w, devs)
 	// One more device joins now: it starts from the newest snapshot and
 	// the files after it, and must hold exactly what the others hold.
 	late := addDevice()
@@ -974,6 +976,62 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		rt.Fatalf("%s: joining after quiescence: %+v, %v", late.name, r, err)
 	}
 	checkConverged(rt, devs, m)
+}
+
+// checkLedgers checks that each device's record of applied files stays
+// bounded by what the remote holds: in a new month, each device syncs once
+// and must then remember no file the remote had already lost before.
+func checkLedgers(rt *rapid.T, w *world, devs []*hdevice) {
+	list := func() map[string]bool {
+		files, err := devs[0].remote.base.List(context.Background(), time.Time{})
+		for range 10 {
+			if err == nil {
+				break
+			}
+			files, err = devs[0].remote.base.List(context.Background(), time.Time{})
+		}
+		if err != nil {
+			rt.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, f := range files {
+			names[f.Name] = true
+		}
+		return names
+	}
+	y, mo, _ := w.now().Date()
+	// Past the skew of every device's clock, so that each is in the new
+	// month by its own clock.
+	w.advance(time.Date(y, mo+1, 1, 1, 0, 0, 0, time.UTC).Add(*maxSkew).Sub(w.now()))
+	before := list()
+	// Twice: Drive's clock, as a device estimates it, catches up with the
+	// jump only on the first answer after it.
+	for range 2 {
+		for _, d := range devs {
+			if _, err := d.eng.Sync(context.Background()); err != nil {
+				rt.Fatalf("%s: sync without faults: %v", d.name, err)
+			}
+		}
+	}
+	after := list()
+	for _, d := range devs {
+		rows, err := d.db.Query(`SELECT name FROM sync_files WHERE status IN ('applied', 'checked')`)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			var name string
+			rows.Scan(&name)
+			n++
+			if !before[name] && !after[name] {
+				rows.Close()
+				rt.Fatalf("%s: remembers %s, which the remote no longer had when the month began", d.name, name)
+			}
+		}
+		rows.Close()
+		countN("ledger rows checked against the remote", n)
+	}
 }
 
 // advanceClock moves the remote's clock ahead: within the list overlap,

@@ -943,12 +943,54 @@ func (s *syncRun) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	return h, nil
 }
 
+// pruneLedger keeps sync_files bounded by what the remote holds: once a
+// month (by the remote's clock) it lists the whole remote and forgets the
+// applied files and checked snapshots that are gone. Listings since the
+// cursor never show a file's deletion, and a device that never writes a
+// snapshot (whose writer prunes the same way) would otherwise remember
+// every file it ever applied. A file forgotten too early (a listing that
+// lags) is downloaded and applied again, which changes nothing. Rejected
+// files are kept: they leave through being read again (see
+// recoverForgotten).
+func (s *syncRun) pruneLedger(ctx context.Context) error {
+	month := s.cursor.UTC().Format("2006-01")
+	done, err := getMeta(ctx, s.conn, metaPruned)
+	if err != nil || done == month {
+		return err
+	}
+	files, err := s.e.cfg.Remote.List(ctx, time.Time{})
+	if err != nil {
+		return remoteErr("list", "", err)
+	}
+	present := map[string]bool{}
+	for _, f := range files {
+		present[f.Name] = true
+	}
+	var gone []string
+	for name, k := range s.known {
+		if k.held() && !present[name] {
+			gone = append(gone, name)
+		}
+	}
+	return s.inTx(ctx, func() error {
+		for _, name := range gone {
+			if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1 AND status IN ('applied', 'checked')`, name); err != nil {
+				return err
+			}
+		}
+		return setMeta(ctx, s.conn, metaPruned, month)
+	})
+}
+
 // maintain runs after a successful sync: the month's first snapshot, the
 // compaction a snapshot of this device made due, and the merge file a
 // JoinRemote asked for. force (Engine.Snapshot) writes a snapshot and
 // compacts now.
 func (s *syncRun) maintain(ctx context.Context, force bool) error {
 	e := s.e
+	if err := s.pruneLedger(ctx); err != nil {
+		return err
+	}
 	if s.joining {
 		if _, err := s.writeState(ctx, kindMerge); err != nil {
 			return err

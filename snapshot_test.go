@@ -619,3 +619,56 @@ func TestMonthlySnapshot(t *testing.T) {
 		t.Fatalf("snapshots: %v", got)
 	}
 }
+
+// The applied-files ledger stays bounded by what the remote holds, also on
+// a device that never writes a snapshot: once a month it forgets the
+// files compaction deleted.
+func TestLedgerPrunedMonthly(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
+	withRetention(a, time.Minute)
+	withRetention(b, time.Minute)
+	for i := range 5 {
+		a.put(fmt.Sprint("r", i), `{"v":1}`)
+		a.sync()
+		b.sync()
+		clk.add(time.Minute)
+	}
+	clk.add(40 * time.Minute)
+	a.snapshot()
+	b.sync()
+	clk.add(40 * time.Minute)
+	if r := a.snapshot(); r.Deleted == 0 {
+		t.Fatalf("a compacted nothing: %+v", r)
+	}
+	ledger := func() (n int) {
+		b.db.QueryRow(`SELECT count(*) FROM sync_files`).Scan(&n)
+		return n
+	}
+	before := ledger()
+	clk.add(30 * 24 * time.Hour) // into April
+	if r := a.sync(); r.Snapshot == "" {
+		t.Fatal("a wrote no monthly snapshot")
+	}
+	if r := b.sync(); r.Snapshot != "" {
+		t.Fatal("b wrote a snapshot too: the test needs a device that does not")
+	}
+	present := map[string]bool{}
+	for _, n := range append(listNamesOf(t, mem, kindPatch), listNamesOf(t, mem, kindSnapshot)...) {
+		present[n] = true
+	}
+	rows, err := b.db.Query(`SELECT name FROM sync_files`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		rows.Scan(&name)
+		if !present[name] {
+			t.Errorf("b still remembers %s, which the remote no longer has (ledger %d rows, was %d)", name, ledger(), before)
+		}
+	}
+}

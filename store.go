@@ -95,6 +95,7 @@ const (
 	metaSnapshot   = "snapshot"      // the newest snapshot seen or written
 	metaCompact    = "compact"       // this device's snapshot whose compaction is due
 	metaJoin       = "join"          // set by JoinRemote until the merge file is uploaded
+	metaPruned     = "ledger_pruned" // the month (remote time) sync_files was last pruned
 	metaRemoteID   = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
 	schemaVersion  = "2"
 )
