@@ -232,18 +232,41 @@ func (s *syncRun) rebasePending(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		// RFC 7396 application of the edits on the merged state: the same
-		// merge as everywhere else, with any stamps ordering them after it.
-		row := &node{}
+		var merged *jsonv.Value
 		if st.node.exists() {
-			row = newRecordState(st.node.value(), stamp{version: 1})
+			v := st.node.value()
+			merged = &v
 		}
-		row.applyPatch(edits, stamp{version: 2})
-		if err := s.writeContent(ctx, t, k.record, row.value()); err != nil {
+		if err := s.writeContent(ctx, t, k.record, layEdits(merged, edits)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// layEdits applies the app's edits (a merge patch) to a synced state (nil:
+// none), as RFC 7396 does: the same merge as everywhere else, with stamps
+// ordering the edits after the state.
+func layEdits(state *jsonv.Value, edits jsonv.Value) jsonv.Value {
+	row := &node{}
+	if state != nil {
+		row = newRecordState(*state, stamp{version: 1})
+	}
+	row.applyPatch(edits, stamp{version: 2})
+	return row.value()
+}
+
+// editsSince returns the app's edits of a row that showed base (JSON text;
+// NULL: no row) and now holds cur.
+func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
+	if !base.Valid {
+		return cur
+	}
+	b, err := jsonv.ParseObject([]byte(base.String), jsonv.Options{})
+	if err != nil {
+		return cur
+	}
+	return diff(b, cur)
 }
 
 // recordFiles remembers the files applied, uploaded and rejected, empties
@@ -404,17 +427,20 @@ func (s *syncRun) hasUnwritten(ctx context.Context) (bool, error) {
 // is remembered for the next sync and reported in Report.Unwritten.
 func (s *syncRun) retryUnwritten(ctx context.Context) error {
 	retry := map[recordKey]bool{}
-	rows, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id FROM sync_unwritten`)
+	bases := map[recordKey]sql.NullString{}
+	rows, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id, base FROM sync_unwritten`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var k recordKey
-		if err := rows.Scan(&k.table, &k.record); err != nil {
+		var base sql.NullString
+		if err := rows.Scan(&k.table, &k.record, &base); err != nil {
 			rows.Close()
 			return err
 		}
 		retry[k] = true
+		bases[k] = base
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -475,7 +501,23 @@ func (s *syncRun) retryUnwritten(ctx context.Context) error {
 		if !keep[k] && refusal == nil {
 			continue
 		}
-		if err := s.exec(ctx, `INSERT INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
+		// What the app's row shows: the app's edits of a refused row are
+		// the difference from it (see planRecord). A row left alone
+		// (pending, or its table unregistered) keeps its base; one the
+		// engine just failed to write shows what it showed before.
+		base, known := bases[k]
+		if t := s.e.tables[k.table]; !(known && keep[k]) && t != nil {
+			var text string
+			switch err := s.queryRow(ctx, t.readSQL, []any{k.record}, &text); {
+			case err == nil:
+				base = sql.NullString{String: text, Valid: true}
+			case errors.Is(err, sql.ErrNoRows):
+				base = sql.NullString{}
+			default:
+				return err
+			}
+		}
+		if err := s.exec(ctx, `INSERT INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, k.table, k.record, base); err != nil {
 			return err
 		}
 		if refusal != nil {

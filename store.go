@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS sync_files (
 CREATE TABLE IF NOT EXISTS sync_unwritten (
 	table_name TEXT NOT NULL,
 	record_id TEXT NOT NULL,
+	base TEXT, -- the content the app's row still shows (JSON), NULL for no row
 	PRIMARY KEY (table_name, record_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_outbox (

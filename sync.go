@@ -552,14 +552,12 @@ func (s *syncRun) buildPlan(ctx context.Context) (err error) {
 			return &Error{Op: "read pending", Table: t.name, Err: err}
 		}
 		for rows.Next() {
-			var id string
-			var content, synced sql.NullString
-			var rowExists, rowCanonical, deleted sql.NullBool
-			if err := rows.Scan(&id, &rowExists, &content, &rowCanonical, &synced, &deleted); err != nil {
+			var p pendingRow
+			if err := rows.Scan(&p.id, &p.rowExists, &p.content, &p.rowCanonical, &p.synced, &p.syncedDeleted, &p.refused, &p.base); err != nil {
 				rows.Close()
 				return &Error{Op: "read pending", Table: t.name, Err: err}
 			}
-			c, skip := s.planRecord(t, id, rowExists.Bool, content, rowCanonical.Bool, synced, deleted.Bool)
+			c, skip := s.planRecord(t, p)
 			if skip {
 				continue
 			}
@@ -612,17 +610,34 @@ func (t *tableInfo) pendingSQL() string {
 	return fmt.Sprintf(`SELECT p.record_id, c.id IS NOT NULL,
 	CASE WHEN typeof(c.content) = 'text' THEN c.content WHEN %[1]s THEN json(c.content) END,
 	CASE WHEN %[1]s THEN %[2]s ELSE 0 END,
-	s.record_data, s.is_deleted
+	s.record_data, coalesce(s.is_deleted, 0), u.record_id IS NOT NULL, u.base
 FROM sync_pending_changes p
 LEFT JOIN %[3]s c ON c.id = p.record_id
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
+LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
 WHERE p.table_name = ?1
 ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
 }
 
+// pendingRow is one pending record as pendingSQL reads it.
+type pendingRow struct {
+	id            string
+	rowExists     bool
+	content       sql.NullString // the app's row as JSON text; NULL if none or not valid JSON
+	rowCanonical  bool           // the row holds content and projections as the engine writes them
+	synced        sql.NullString // the synced state's content, if any
+	syncedDeleted bool
+	// refused: the app's constraints refused the engine's last write of
+	// the row, which still shows base (NULL: no row), not the synced
+	// state.
+	refused bool
+	base    sql.NullString
+}
+
 // planRecord turns one pending record into a planned change. skip is set
 // (and the record reported) when its content cannot be synced.
-func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sql.NullString, rowCanonical bool, synced sql.NullString, syncedDeleted bool) (c fileChange, skip bool) {
+func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip bool) {
+	id, rowExists, content, rowCanonical, synced, syncedDeleted := p.id, p.rowExists, p.content, p.rowCanonical, p.synced, p.syncedDeleted
 	c = fileChange{table: t.name, record: id}
 	if !synced.Valid {
 		c.flags |= planNoState
@@ -650,6 +665,15 @@ func (s *syncRun) planRecord(t *tableInfo, id string, rowExists bool, content sq
 		if err != nil {
 			s.skipRecord(t.name, id, fmt.Errorf("content is not a JSON object: %w", err))
 			return c, true
+		}
+		if p.refused {
+			// The row still shows what it showed before the refused
+			// write: the app's edits are its difference from that,
+			// laid over the synced state. Diffing the row against the
+			// synced state would send back the old values of fields
+			// other devices changed.
+			cur = layEdits(old, editsSince(p.base, cur))
+			rowCanonical = false // the row is rewritten with the result
 		}
 		enc := jsonv.Encode(cur)
 		if rowCanonical && string(enc) == content.String {

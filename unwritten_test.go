@@ -149,3 +149,27 @@ func TestUnwrittenWhenTableRegistered(t *testing.T) {
 		t.Fatalf("%d tags, %v; want both", n, err)
 	}
 }
+
+// TestEditOfRefusedRow: the app edits a row its own constraint kept from
+// being updated; the row still shows the older content. Only the app's
+// edit may go out: diffing the stale row against the newer synced state
+// would send back the old values of the fields another device changed.
+func TestEditOfRefusedRow(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote, slugSchema, uniqueSlugs)
+	b := newDevice(t, "dev-b", remote, slugSchema)
+	a.put("n1", `{"slug":"s1","x":1,"y":1}`)
+	syncAll(t, a, b)
+	a.put("n3", `{"slug":"dup"}`) // not yet synced
+	b.put("n1", `{"slug":"dup","x":1,"y":2}`)
+	b.sync()
+	if r := a.sync(); len(r.Unwritten) != 1 {
+		t.Fatalf("a: unwritten %v, want n1 refused by the UNIQUE slug", unwrittenIDs(r))
+	}
+	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.x', 5) WHERE id = 'n1'`)
+	a.sync()
+	b.sync()
+	if got, want := b.get("n1"), `{"slug":"dup","x":5,"y":2}`; got != want {
+		t.Fatalf("b: n1 = %s, want %s (a's edit of x on top of b's edits)", got, want)
+	}
+}
