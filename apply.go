@@ -168,6 +168,16 @@ func (s *syncRun) applyReceived(ctx context.Context, c fileChange) error {
 	t := s.e.tables[c.table]
 	if t == nil {
 		s.report.Unregistered++
+		if s.e.detached[c.table] {
+			// The app's row still shows the state from before: keep it,
+			// so that registering the table again tells the app's
+			// edits from what others wrote (see reattachTable).
+			var base any
+			if before != nil {
+				base = string(jsonv.Encode(*before))
+			}
+			return s.exec(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, c.table, c.record, base)
+		}
 		return nil // kept in sync_states until the app registers the table
 	}
 	key := recordKey{c.table, c.record}

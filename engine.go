@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // DefaultListOverlap is how far before its cursor the engine lists the
@@ -129,6 +131,10 @@ type Engine struct {
 	deviceID string
 	tables   map[string]*tableInfo
 	order    []*tableInfo // registration order
+	// detached names the tables this database synced before and no
+	// longer registers: their rows keep what they showed (see
+	// applyReceived and reattachTable).
+	detached map[string]bool
 	sem      chan struct{}
 	closed   atomic.Bool
 
@@ -199,13 +205,32 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 			return err
 		}
 		e.deviceID = id
+		synced, err := syncedTables(ctx, conn)
+		if err != nil {
+			return err
+		}
 		fresh, err := installTriggers(ctx, conn, e.order)
 		if err != nil {
 			return err
 		}
 		for _, t := range fresh {
-			if err := adoptTable(ctx, conn, t); err != nil {
+			adopt := adoptTable
+			if synced[t.name] {
+				adopt = reattachTable
+			}
+			if err := adopt(ctx, conn, t); err != nil {
 				return fmt.Errorf("drivesync: Open: register table %s: %w", t.name, err)
+			}
+		}
+		e.detached = map[string]bool{}
+		for name := range synced {
+			if e.tables[name] == nil {
+				e.detached[name] = true
+			}
+		}
+		for _, t := range e.order {
+			if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO sync_tables (name) VALUES (?)`, t.name); err != nil {
+				return err
 			}
 		}
 		_, err = conn.ExecContext(ctx, "COMMIT")
@@ -217,6 +242,103 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	}
 	e.log.Info("drivesync: opened", "device", e.deviceID, "tables", len(e.order))
 	return e, nil
+}
+
+// syncedTables returns the tables this database has synced: those recorded
+// in sync_tables, and, for a database an older engine version synced, those
+// that still have capture triggers.
+func syncedTables(ctx context.Context, q querier) (map[string]bool, error) {
+	synced := map[string]bool{}
+	rows, err := q.QueryContext(ctx, `SELECT name FROM sync_tables
+UNION SELECT substr(name, length('sync_trg_') + 1, length(name) - length('sync_trg_') - length('_insert'))
+	FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_trg\_%\_insert' ESCAPE '\'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		synced[name] = true
+	}
+	return synced, rows.Err()
+}
+
+// reattachTable registers again a table this database synced before. While
+// it was unregistered, the app's rows kept what they showed (received
+// changes went to sync_states only, and sync_unwritten keeps what each
+// changed record's row still shows), and the app may have written them
+// with no capture running. So a row is pending only where it differs from
+// what it showed: those are the app's own edits, inserts and deletes, and
+// planRecord sends just them, laid over the synced state. Every other row
+// the next sync writes from sync_states (see retryUnwritten).
+func reattachTable(ctx context.Context, q querier, t *tableInfo) error {
+	tbl := quoteIdent(t.name)
+	edited := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
+SELECT ?1, c.id FROM %s c
+LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = c.id
+LEFT JOIN sync_states s ON s.table_name = ?1 AND s.record_id = c.id
+WHERE CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT json(c.content)
+	ELSE s.record_id IS NULL OR s.is_deleted OR s.record_data IS NOT json(c.content) END`, tbl)
+	if _, err := q.ExecContext(ctx, edited, t.name); err != nil {
+		return err
+	}
+	deleted := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
+SELECT ?1, s.record_id FROM sync_states s
+LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = s.record_id
+WHERE s.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)
+	AND CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT NULL ELSE NOT s.is_deleted END`, tbl)
+	if _, err := q.ExecContext(ctx, deleted, t.name); err != nil {
+		return err
+	}
+	// The rows the app left alone show what others changed meanwhile.
+	rows, err := q.QueryContext(ctx, `SELECT u.record_id, s.record_data, s.is_deleted FROM sync_unwritten u
+JOIN sync_states s ON s.table_name = u.table_name AND s.record_id = u.record_id
+WHERE u.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM sync_pending_changes p WHERE p.table_name = ?1 AND p.record_id = u.record_id)`, t.name)
+	if err != nil {
+		return err
+	}
+	type state struct {
+		id, data string
+		deleted  bool
+	}
+	var states []state
+	for rows.Next() {
+		var st state
+		if err := rows.Scan(&st.id, &st.data, &st.deleted); err != nil {
+			rows.Close()
+			return err
+		}
+		states = append(states, st)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+		return err
+	}
+	for _, st := range states {
+		var err error
+		if st.deleted {
+			_, err = q.ExecContext(ctx, t.deleteSQL, st.id)
+		} else {
+			_, err = q.ExecContext(ctx, t.upsertSQL, st.id, st.data)
+		}
+		switch {
+		case sqliteerr.IsConstraint(err):
+			continue // refused: the next sync tries again and reports it
+		case err != nil:
+			return err
+		}
+		if _, err := q.ExecContext(ctx, `DELETE FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2`, t.name, st.id); err != nil {
+			return err
+		}
+	}
+	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	return err
 }
 
 // adoptTable joins a newly registered table to the synced state: its rows

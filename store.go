@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS sync_files (
 	reader TEXT NOT NULL DEFAULT '',
 	attempts INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_tables (
+	name TEXT PRIMARY KEY -- every table this database has synced
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_unwritten (
 	table_name TEXT NOT NULL,
 	record_id TEXT NOT NULL,
@@ -126,7 +129,7 @@ var migrations = map[string][]string{
 // Names of the engine's tables, which an app table may not use.
 var reservedTables = map[string]bool{
 	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
-	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true,
+	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true,
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
