@@ -27,7 +27,15 @@ func triggerSQL(table string) map[string]string {
 		return fmt.Sprintf("INSERT INTO sync_pending_changes (table_name, record_id) VALUES (%s, %s) ON CONFLICT DO NOTHING;", lit, id)
 	}
 	name := func(op string) string { return triggerPrefix + table + "_" + op }
+	// Content must be a JSON object (text or JSONB): refuse anything else
+	// when the app writes it, rather than find it at sync time and leave
+	// the record pending for ever. JSONB, which the engine recommends, is
+	// checked without parsing the whole value.
+	notObject := "CASE WHEN json_valid(NEW.content, 6) THEN json_type(NEW.content) <> 'object' ELSE 1 END"
+	refuse := fmt.Sprintf("SELECT RAISE(ABORT, %s);", quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
 	return map[string]string{
+		name("check_insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_insert")), tbl, when, notObject, refuse),
+		name("check_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE OF content ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_update")), tbl, when, notObject, refuse),
 		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark("NEW.id")),
 		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
 		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),

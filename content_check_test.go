@@ -1,0 +1,32 @@
+package drivesync
+
+import (
+	"strings"
+	"testing"
+)
+
+// Content that is not a JSON object is refused when the app writes it,
+// with an error that says so, instead of being found at sync time and
+// left pending for ever.
+func TestNonObjectContentRefusedAtWrite(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote())
+	d.put("ok", `{"v":1}`)
+	for _, c := range []struct{ sql, arg string }{
+		{`INSERT INTO notes (id, content) VALUES ('bad', jsonb(?))`, `[1,2]`},
+		{`INSERT INTO notes (id, content) VALUES ('bad', ?)`, `not json`},
+		{`INSERT INTO notes (id, content) VALUES ('bad', ?)`, `"a string"`},
+		{`UPDATE notes SET content = jsonb(?) WHERE id = 'ok'`, `42`},
+		{`UPDATE notes SET content = ? WHERE id = 'ok'`, `{"broken":`},
+	} {
+		_, err := d.db.Exec(c.sql, c.arg)
+		if err == nil || !strings.Contains(err.Error(), "notes.content must be a JSON object") {
+			t.Errorf("%s with %s: got %v, want an error saying content must be a JSON object", c.sql, c.arg, err)
+		}
+	}
+	if got := d.get("ok"); got != `{"v":1}` {
+		t.Errorf("ok = %s", got)
+	}
+	if r := d.sync(); len(r.Skipped) != 0 || r.ChangesSent != 1 {
+		t.Errorf("sync: %+v", r)
+	}
+}
