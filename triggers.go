@@ -36,9 +36,9 @@ func triggerSQL(table string) map[string]string {
 	return map[string]string{
 		name("check_insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_insert")), tbl, when, notObject, refuse),
 		name("check_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE OF content ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_update")), tbl, when, notObject, refuse),
-		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark("NEW.id")),
-		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
-		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
+		name("insert"):       fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark("NEW.id")),
+		name("update"):       fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
+		name("delete"):       fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
 		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s %s AND OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, when, mark("OLD.id")),
