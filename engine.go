@@ -251,7 +251,8 @@ func syncedTables(ctx context.Context, q querier) (map[string]bool, error) {
 	synced := map[string]bool{}
 	rows, err := q.QueryContext(ctx, `SELECT name FROM sync_tables
 UNION SELECT substr(name, length('sync_trg_') + 1, length(name) - length('sync_trg_') - length('_insert'))
-	FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_trg\_%\_insert' ESCAPE '\'`)
+	FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_trg\_%\_insert' ESCAPE '\'
+	AND name NOT LIKE 'sync\_trg\_%\_check\_insert' ESCAPE '\'`)
 	if err != nil {
 		return nil, err
 	}

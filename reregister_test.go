@@ -48,3 +48,18 @@ func TestReregisteredTableKeepsOthersEdits(t *testing.T) {
 	}
 	assertConverged(t, a, b)
 }
+
+// syncedTables names exactly the tables whose capture triggers exist.
+func TestSyncedTables(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote(), notesSchema, miscSchema)
+	d.cfg.Tables = []Table{{Name: "notes"}, {Name: "misc"}}
+	d.open()
+	d.exec(`DELETE FROM sync_tables`) // as an older engine left it
+	got, err := syncedTables(t.Context(), d.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got["notes"] || !got["misc"] {
+		t.Fatalf("synced tables %v, want notes and misc", got)
+	}
+}
