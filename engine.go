@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -135,6 +136,9 @@ type Engine struct {
 	// longer registers: their rows keep what they showed (see
 	// applyReceived and reattachTable).
 	detached map[string]bool
+	// idMu guards deviceID against DeviceID while a sync changes it
+	// (see takeNewDeviceID); the syncing goroutine reads it freely.
+	idMu sync.Mutex
 	sem      chan struct{}
 	closed   atomic.Bool
 
@@ -381,7 +385,11 @@ WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WH
 }
 
 // DeviceID returns the id this database syncs as.
-func (e *Engine) DeviceID() string { return e.deviceID }
+func (e *Engine) DeviceID() string {
+	e.idMu.Lock()
+	defer e.idMu.Unlock()
+	return e.deviceID
+}
 
 // Close waits for a running Sync to finish and makes later Syncs fail
 // with ErrClosed. It does not close the database.

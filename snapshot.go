@@ -1094,6 +1094,9 @@ func (s *syncRun) writeState(ctx context.Context, kind fileKind) (string, error)
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return "", &Error{Op: op, Err: err}
 		}
+		if err := s.inTx(ctx, func() error { return noteUpload(ctx, s.conn, name) }); err != nil {
+			return "", err
+		}
 		err := e.cfg.Remote.Create(ctx, name, f)
 		if err == nil {
 			e.log.Info("drivesync: wrote a "+op+" file", "file", name, "records", n)

@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS sync_files (
 	reader TEXT NOT NULL DEFAULT '',
 	attempts INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_uploaded (
+	name TEXT PRIMARY KEY -- every file this database uploaded or tried to
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_tables (
 	name TEXT PRIMARY KEY -- every table this database has synced
 ) WITHOUT ROWID;
@@ -100,6 +103,7 @@ const (
 	metaCompact    = "compact"       // this device's snapshot whose compaction is due
 	metaJoin       = "join"          // set by JoinRemote until the merge file is uploaded
 	metaPruned     = "ledger_pruned" // the month (remote time) sync_files was last pruned
+	metaUploads    = "uploads_since" // remote time sync_uploaded began: older files are not judged
 	metaRemoteID   = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
 	schemaVersion  = "2"
 )
@@ -129,7 +133,7 @@ var migrations = map[string][]string{
 // Names of the engine's tables, which an app table may not use.
 var reservedTables = map[string]bool{
 	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
-	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true,
+	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true, "sync_uploaded": true,
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
@@ -321,6 +323,9 @@ func (s *syncRun) fetch(ctx context.Context) error {
 		return &Error{Op: "sync", Err: err}
 	}
 	s.joining = join != ""
+	if err := s.checkCopied(ctx); err != nil {
+		return err
+	}
 	s.known = map[string]knownFile{}
 	rows, err := s.conn.QueryContext(ctx, `SELECT name, status, size, checked_at, reader, attempts FROM sync_files`)
 	if err != nil {
@@ -461,6 +466,69 @@ type versionsAheadError struct {
 
 func (e *versionsAheadError) Error() string {
 	return fmt.Sprintf("version %d is ahead of this device's clock; it is read again at %s", e.v, e.at.UTC().Format(time.RFC3339))
+}
+
+// noteUpload records a file name this database uploads, before it tries:
+// a file of its device id that it did not record was written by a copy of
+// this database (see checkCopied).
+func noteUpload(ctx context.Context, q querier, name string) error {
+	_, err := q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_uploaded (name) VALUES (?)`, name)
+	return err
+}
+
+// checkCopied looks for files on the remote that carry this database's
+// device id but that this database never uploaded: the database file was
+// copied to another machine, and both copies sync under one id. Two
+// writes stamped alike by the two copies would split the devices for
+// good, so before this sync stamps anything, this database takes a new
+// device id (versions go on from max_version, so no stamp is reused). An
+// app that sets Config.DeviceID itself is told to give the copy its own.
+// Files named before this database began recording its uploads are not
+// judged.
+func (s *syncRun) checkCopied(ctx context.Context) error {
+	e := s.e
+	since, err := getMeta(ctx, s.conn, metaUploads)
+	if err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	if since == "" {
+		return s.setMetas(ctx, metaUploads, s.cursor.UTC().Format(time.RFC3339Nano))
+	}
+	from, err := time.Parse(time.RFC3339Nano, since)
+	if err != nil {
+		return &Error{Op: "sync", Err: fmt.Errorf("sync_meta %s: %w", metaUploads, err)}
+	}
+	var foreign string
+	for _, f := range s.files {
+		_, at, device, ok := parseFileName(f.Name)
+		if !ok || device != e.deviceID || at.Before(from) {
+			continue
+		}
+		var one int
+		err := s.conn.QueryRowContext(ctx, `SELECT 1 FROM sync_uploaded WHERE name = ?`, f.Name).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			foreign = f.Name
+			break
+		}
+		if err != nil {
+			return &Error{Op: "sync", Err: err}
+		}
+	}
+	if foreign == "" {
+		return nil
+	}
+	if e.cfg.DeviceID != "" {
+		return &Error{Op: "sync", File: foreign, Err: fmt.Errorf("this file carries this database's device id %q, but this database did not write it: the database file was copied to another device, which syncs under the same id. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own)", e.deviceID)}
+	}
+	id := uuid.NewString()
+	if err := s.setMetas(ctx, metaDeviceID, id); err != nil {
+		return err
+	}
+	e.log.Warn("drivesync: another copy of this database syncs under its device id; taking a new device id", "old", e.deviceID, "new", id, "file", foreign)
+	e.idMu.Lock()
+	e.deviceID = id
+	e.idMu.Unlock()
+	return nil
 }
 
 // vanished handles a file that was gone when this sync opened it. A
@@ -746,6 +814,9 @@ func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) 
 	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old); err != nil {
 		return "", &Error{Op: "upload", File: old, Err: err}
 	}
+	if err := noteUpload(ctx, s.conn, name); err != nil {
+		return "", &Error{Op: "upload", File: name, Err: err}
+	}
 	return name, nil
 }
 
@@ -783,6 +854,9 @@ func (s *syncRun) send(ctx context.Context) error {
 			return err
 		}
 		if err := saveOutbox(ctx, s.conn, name, s.upload); err != nil {
+			return err
+		}
+		if err := noteUpload(ctx, s.conn, name); err != nil {
 			return err
 		}
 		_, err = s.conn.ExecContext(ctx, "COMMIT")
