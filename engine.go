@@ -138,9 +138,9 @@ type Engine struct {
 	detached map[string]bool
 	// idMu guards deviceID against DeviceID while a sync changes it
 	// (see takeNewDeviceID); the syncing goroutine reads it freely.
-	idMu sync.Mutex
-	sem      chan struct{}
-	closed   atomic.Bool
+	idMu   sync.Mutex
+	sem    chan struct{}
+	closed atomic.Bool
 
 	// testHook, when set by a test, runs at each step boundary of a sync
 	// ("fetched", "planned", "uploaded", "applied" inside the transaction
