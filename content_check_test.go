@@ -1,6 +1,10 @@
 package drivesync
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -28,5 +32,34 @@ func TestNonObjectContentRefusedAtWrite(t *testing.T) {
 	}
 	if r := d.sync(); len(r.Skipped) != 0 || r.ChangesSent != 1 {
 		t.Errorf("sync: %+v", r)
+	}
+}
+
+// With its shared folder not mounted, an app still opens its database and
+// works with its own data; Sync says the folder is missing, loses nothing,
+// and works once the folder is back.
+func TestOfflineFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "usb-stick")
+	remote, err := NewFolderRemote(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDevice(t, "dev-a", remote) // Open: no remote needed
+	d.put("n1", `{"text":"written offline"}`)
+	if d.get("n1") == "" {
+		t.Fatal("the app cannot read its own note")
+	}
+	_, err = d.eng.Sync(context.Background())
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "mounted") {
+		t.Fatalf("Sync with the folder missing: got %v, want ErrRemote saying the folder is missing", err)
+	}
+	if d.pendingCount() != 1 {
+		t.Fatal("the note is no longer pending")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.sync(); r.ChangesSent != 1 {
+		t.Fatalf("after mounting: %+v", r)
 	}
 }

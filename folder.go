@@ -42,9 +42,14 @@ var _ IdentifiedRemote = (*FolderRemote)(nil)
 // NewFolderRemote returns a FolderRemote rooted at dir, made absolute so that
 // a later change of working directory does not move it.
 //
-// The directory must already exist. NewFolderRemote never creates it: if dir
-// is on a USB stick or network share that is not mounted, creating it would
+// The folder need not be there yet: a USB stick or network share may be
+// unmounted while the app opens its database, which works offline. Every
+// operation then fails with an error that says the folder is missing and
+// does not match fs.ErrNotExist (the remote is unreachable, not empty),
+// so Sync fails with ErrRemote and changes nothing. FolderRemote never
+// creates the folder itself: creating it on an unmounted mount point would
 // silently sync into a folder on the local disk that no other device sees.
+// A path that exists but is not a folder is refused at once.
 func NewFolderRemote(dir string) (*FolderRemote, error) {
 	if dir == "" {
 		return nil, errors.New("folder remote: empty folder path")
@@ -53,26 +58,38 @@ func NewFolderRemote(dir string) (*FolderRemote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("folder remote: %w", err)
 	}
-	info, err := os.Stat(abs)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, &missingFolderError{abs}
-	case err != nil:
-		return nil, fmt.Errorf("folder remote: %w", err)
-	case !info.IsDir():
-		return nil, fmt.Errorf("folder remote: %s is not a folder", abs)
+	r := &FolderRemote{dir: abs}
+	if err := r.checkRoot(); err != nil && !errors.Is(err, errFolderMissing) {
+		return nil, err
 	}
-	return &FolderRemote{dir: abs}, nil
+	return r, nil
 }
 
-// missingFolderError matches fs.ErrNotExist without repeating its text.
+// errFolderMissing marks a root folder that is not there.
+var errFolderMissing = errors.New("folder is missing")
+
+// missingFolderError says which folder is missing and what to do.
 type missingFolderError struct{ dir string }
 
 func (e *missingFolderError) Error() string {
 	return "folder remote: folder " + e.dir + " does not exist; create it, or check that the drive holding it is mounted"
 }
 
-func (e *missingFolderError) Unwrap() error { return fs.ErrNotExist }
+func (e *missingFolderError) Unwrap() error { return errFolderMissing }
+
+// checkRoot reports a root that is missing or not a folder.
+func (r *FolderRemote) checkRoot() error {
+	info, err := os.Stat(r.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &missingFolderError{r.dir}
+	case err != nil:
+		return fmt.Errorf("folder remote: %w", err)
+	case !info.IsDir():
+		return fmt.Errorf("folder remote: %s is not a folder", r.dir)
+	}
+	return nil
+}
 
 // path maps a checked name to its place on disk.
 func (r *FolderRemote) path(name string) string {
@@ -92,6 +109,9 @@ func (r *FolderRemote) path(name string) string {
 func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("folder remote: list: %w", err)
+	}
+	if err := r.checkRoot(); err != nil {
+		return nil, err
 	}
 	staleBefore := time.Now().Add(-folderTempMaxAge)
 	var files []RemoteFile
@@ -152,6 +172,11 @@ func (r *FolderRemote) Open(ctx context.Context, name string) (io.ReadCloser, er
 		return nil, fmt.Errorf("folder remote: open %s: %w", name, err)
 	}
 	f, err := os.Open(r.path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		if rerr := r.checkRoot(); rerr != nil {
+			return nil, rerr // the folder went away: not a missing file
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("folder remote: open %s: %w", name, err)
 	}
@@ -184,7 +209,7 @@ func (r *FolderRemote) create(ctx context.Context, name string, content io.Reade
 	}
 	final := r.path(name)
 	dir := filepath.Dir(final)
-	tmp, err := createFolderTemp(dir)
+	tmp, err := r.createTemp(dir)
 	if err != nil {
 		return err
 	}
@@ -222,12 +247,13 @@ func (r *FolderRemote) create(ctx context.Context, name string, content io.Reade
 	return nil
 }
 
-// createFolderTemp creates a new temp file in dir, creating dir as needed.
-// It retries because a concurrent Delete in another process may remove dir,
-// once empty, between our MkdirAll and our creating the file.
-func createFolderTemp(dir string) (*os.File, error) {
+// createTemp creates a new temp file in dir, creating the folders below
+// the root as needed but never the root itself. It retries because a
+// concurrent Delete in another process may remove dir, once empty, between
+// our making it and our creating the file.
+func (r *FolderRemote) createTemp(dir string) (*os.File, error) {
 	for attempt := 0; ; attempt++ {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := r.mkdirBelowRoot(dir); err != nil {
 			return nil, err
 		}
 		f, err := os.OpenFile(filepath.Join(dir, folderTempPrefix+rand.Text()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
@@ -236,6 +262,32 @@ func createFolderTemp(dir string) (*os.File, error) {
 		}
 		return f, err
 	}
+}
+
+// mkdirBelowRoot makes dir and its parents up to, not including, the root,
+// which must exist: os.MkdirAll would make an unmounted root on the local
+// disk.
+func (r *FolderRemote) mkdirBelowRoot(dir string) error {
+	if err := r.checkRoot(); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(r.dir, dir)
+	if err != nil || rel == "." {
+		return err
+	}
+	path := r.dir
+	for elem := range strings.SplitSeq(rel, string(filepath.Separator)) {
+		path = filepath.Join(path, elem)
+		if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			if errors.Is(err, fs.ErrNotExist) {
+				if rerr := r.checkRoot(); rerr != nil {
+					return rerr
+				}
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // syncDir makes a new directory entry in dir durable, so that a crash right
@@ -287,7 +339,7 @@ func (r *FolderRemote) Delete(ctx context.Context, name string) error {
 	p := r.path(name)
 	if err := os.Remove(p); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+			return r.checkRoot() // gone already, unless the folder is
 		}
 		return fmt.Errorf("folder remote: delete %s: %w", name, err)
 	}

@@ -39,14 +39,27 @@ func TestFolderRemote(t *testing.T) {
 	})
 }
 
+// A folder that is not there (a USB stick not mounted) makes a remote
+// that the app can open its database with, offline; every operation says
+// the folder is missing, never that a file is, and nothing creates it.
 func TestNewFolderRemoteMissing(t *testing.T) {
+	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "not-mounted")
-	_, err := drivesync.NewFolderRemote(dir)
-	if err == nil || !strings.Contains(err.Error(), dir) {
-		t.Errorf("NewFolderRemote(%q): got %v, want an error naming the folder", dir, err)
+	r, err := drivesync.NewFolderRemote(dir)
+	if err != nil {
+		t.Fatalf("NewFolderRemote(%q): %v, want a remote that fails when used", dir, err)
+	}
+	_, lerr := r.List(ctx, time.Time{})
+	_, oerr := r.Open(ctx, "2026/11/22/x.json.gz")
+	cerr := r.Create(ctx, "2026/11/22/x.json.gz", strings.NewReader("x"))
+	derr := r.Delete(ctx, "2026/11/22/x.json.gz")
+	for op, err := range map[string]error{"List": lerr, "Open": oerr, "Create": cerr, "Delete": derr} {
+		if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "mounted") || errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s on a missing folder: got %v, want an error naming the folder that does not match fs.ErrNotExist", op, err)
+		}
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("after NewFolderRemote, Stat(%q): got %v, want fs.ErrNotExist (it must not create the folder)", dir, err)
+		t.Errorf("Stat(%q): got %v, want fs.ErrNotExist (the folder must never be created)", dir, err)
 	}
 }
 
