@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/mattn/go-sqlite3" // a second driver for some devices
 	"pgregory.net/rapid"
 
 	"github.com/drivesync/drivesync/internal/drivefake"
@@ -393,6 +394,9 @@ type hdevice struct {
 	remote *harnessRemote
 	seq    int
 	seen   map[string]bool // every value that has appeared in this device's rows
+	// mattn: the device opens its database with mattn/go-sqlite3, not
+	// modernc.org/sqlite. detached: notes is not registered for now.
+	mattn, detached bool
 }
 
 // observe adds the values in the device's rows to what it has seen.
@@ -414,14 +418,47 @@ func (d *hdevice) open(rt *rapid.T) {
 
 // openDB opens the app's database, without the engine.
 func (d *hdevice) openDB(rt *rapid.T) {
-	db, err := sql.Open("sqlite", testDSN(d.path))
+	driver, dsn := "sqlite", testDSN(d.path)
+	if d.mattn {
+		driver, dsn = "sqlite3", "file:"+d.path+"?_journal_mode=WAL&_busy_timeout=10000&_synchronous=NORMAL&_txlock=immediate"
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		rt.Fatal(err)
 	}
-	if _, err := db.Exec(notesSchema); err != nil {
-		rt.Fatal(err)
+	for _, schema := range []string{notesSchema, miscSchema} {
+		if _, err := db.Exec(schema); err != nil {
+			rt.Fatal(err)
+		}
 	}
 	d.db = db
+}
+
+// setDetached unregisters the notes table on d (the app syncs only misc
+// for a while: notes changes go to sync_states, and the app's writes to
+// notes are not captured), or registers it again.
+func (d *hdevice) setDetached(rt *rapid.T, detached bool) {
+	if !detached {
+		// Take in what others wrote meanwhile, into sync_states only,
+		// before the table is registered again.
+		d.sync(rt, "", "", nil)
+	}
+	d.detached = detached
+	d.cfg.Tables = harnessTables(detached)
+	d.openEngine(rt)
+	if detached {
+		count("table unregistered")
+	} else {
+		count("table registered again")
+	}
+	rt.Logf("%s: notes registered: %v", d.name, !detached)
+}
+
+func harnessTables(detached bool) []Table {
+	if detached {
+		return []Table{{Name: "misc"}}
+	}
+	return []Table{{Name: "notes"}, {Name: "misc"}}
 }
 
 func (d *hdevice) openEngine(rt *rapid.T) {
@@ -864,7 +901,13 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		}
 		d := &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
 		d.remote = &harnessRemote{w: w, base: base, device: name, skew: skew}
-		d.cfg = Config{Remote: d.remote, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
+		d.cfg = Config{Remote: d.remote, Tables: harnessTables(false), DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
+		// A third of the schedules put their first device on a second
+		// SQLite driver.
+		if len(devs) == 0 && rapid.IntRange(0, 2).Draw(rt, "mattn") == 0 {
+			d.mattn = true
+			count("devices on the mattn/go-sqlite3 driver")
+		}
 		devs = append(devs, d)
 		return d
 	}
@@ -885,7 +928,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			w.drive.Fail(driveFaults[w.rng.IntN(len(driveFaults))])
 			count("fault drive http")
 		}
-		switch rapid.IntRange(0, 17).Draw(rt, "action") {
+		switch rapid.IntRange(0, 18).Draw(rt, "action") {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
 		case 4, 5:
@@ -946,6 +989,8 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 				break
 			}
 			removalRun(rt, m, d, label)
+		case 18:
+			d.setDetached(rt, !d.detached)
 		}
 	}
 	// Quiescence: no faults, every file visible, sync until nothing moves.
@@ -961,6 +1006,11 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		clear(dm)
 	}
 	w.mu.Unlock()
+	for _, d := range devs {
+		if d.detached {
+			d.setDetached(rt, false)
+		}
+	}
 	// Every rejected file is due to be read again.
 	w.advance(rejectRetryMax + time.Hour)
 	quiesce(rt, w, devs)
