@@ -904,7 +904,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		d.cfg = Config{Remote: d.remote, Tables: harnessTables(false), DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
 		// A third of the schedules put their first device on a second
 		// SQLite driver.
-		if len(devs) == 0 && rapid.IntRange(0, 2).Draw(rt, "mattn") == 0 {
+		if haveCgo && len(devs) == 0 && rapid.IntRange(0, 2).Draw(rt, "mattn") == 0 {
 			d.mattn = true
 			count("devices on the mattn/go-sqlite3 driver")
 		}

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package drivesync
+
+const haveCgo = false
