@@ -29,12 +29,12 @@ func TestPointedAtAnotherFolder(t *testing.T) {
 	b.sync()
 	storeA := a.store()
 	pointAt(a, rb)
-	before := listNamesOf(t, rb, kindPatch)
+	before := remoteFiles(t, rb, kindPatch)
 	_, err = a.eng.Sync(context.Background())
 	if !errors.Is(err, ErrRemoteChanged) {
 		t.Fatalf("sync pointed at B's folder: %v, want ErrRemoteChanged", err)
 	}
-	if a.store() != storeA || len(listNamesOf(t, rb, kindPatch)) != len(before) || a.get("rb") != "" {
+	if a.store() != storeA || len(remoteFiles(t, rb, kindPatch)) != len(before) || a.get("rb") != "" {
 		t.Fatal("a joined B's store")
 	}
 	// Pointed back, A syncs as before.

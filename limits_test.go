@@ -101,7 +101,7 @@ func TestUnreadableSnapshotNotUploaded(t *testing.T) {
 	clk.add(40 * time.Minute)
 	a.eng.Snapshot(context.Background())
 	a.sync()
-	if snaps := listNamesOf(t, mem, kindSnapshot); len(snaps) != 0 {
+	if snaps := remoteFiles(t, mem, kindSnapshot); len(snaps) != 0 {
 		t.Fatalf("snapshots on the remote: %v", snaps)
 	}
 	c := newDevice(t, "dev-c", mem)

@@ -44,22 +44,6 @@ func (r *truncatingRemote) Open(ctx context.Context, name string) (io.ReadCloser
 	return io.NopCloser(bytes.NewReader(b[:len(b)/2])), nil
 }
 
-// listNamesOf returns the names of the remote's files of one kind.
-func listNamesOf(t *testing.T, r Remote, kind fileKind) []string {
-	t.Helper()
-	files, err := r.List(context.Background(), time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, f := range files {
-		if k, _, _, ok := parseFileName(f.Name); ok && k == kind {
-			out = append(out, f.Name)
-		}
-	}
-	return out
-}
-
 // A snapshot a device could not read stays rejected, and is read again
 // (by name: the remote no longer lists it to that device) once it may
 // have been completed. Before, it was recorded as applied and never
@@ -86,7 +70,7 @@ func TestRejectedSnapshotReadAgain(t *testing.T) {
 	if err != nil || r.Deleted == 0 {
 		t.Fatalf("compaction deleted %d files, err %v", r.Deleted, err)
 	}
-	tb.setCut(listNamesOf(t, mem, kindSnapshot)...)
+	tb.setCut(remoteFiles(t, mem, kindSnapshot)...)
 	r = b.sync()
 	if len(r.Rejected) == 0 {
 		t.Fatalf("b read the truncated snapshots: %+v", r)
@@ -113,7 +97,7 @@ func TestRejectedFileReadAgainByName(t *testing.T) {
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
 	a.put("n", `{"v":1}`)
 	a.sync()
-	tb.setCut(listNamesOf(t, mem, kindPatch)...)
+	tb.setCut(remoteFiles(t, mem, kindPatch)...)
 	if r := b.sync(); len(r.Rejected) != 1 {
 		t.Fatalf("rejected %v, want the truncated file", r.Rejected)
 	}
@@ -143,7 +127,7 @@ func TestCorruptFileHealedBySnapshot(t *testing.T) {
 		a.put("r"+string(rune('A'+i%26))+string(rune('a'+i/26)), `{"v":1}`)
 	}
 	a.sync()
-	patches := listNamesOf(t, remote, kindPatch)
+	patches := remoteFiles(t, remote, kindPatch)
 	if len(patches) != 1 {
 		t.Fatalf("patches %v", patches)
 	}
@@ -187,7 +171,7 @@ func TestRejectedFileCompactedMeanwhile(t *testing.T) {
 	withRetention(b, time.Minute)
 	a.put("n", `{"v":1}`)
 	a.sync()
-	tb.setCut(listNamesOf(t, mem, kindPatch)...)
+	tb.setCut(remoteFiles(t, mem, kindPatch)...)
 	if r := b.sync(); len(r.Rejected) != 1 {
 		t.Fatalf("rejected %v, want the truncated file", r.Rejected)
 	}

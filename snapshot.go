@@ -817,14 +817,11 @@ func (s *syncRun) coverMissing(ctx context.Context) error {
 			if f.Name == name {
 				continue
 			}
-			h, err := s.header(ctx, f.Name)
-			if errors.As(err, new(rejection)) || errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
+			h, ok, err := s.readableHeader(ctx, f.Name)
 			if err != nil {
 				return err
 			}
-			if slices.Contains(h.included, name) || slices.Contains(h.knows, name) {
+			if ok && (slices.Contains(h.included, name) || slices.Contains(h.knows, name)) {
 				if err := s.loadSnapshot(ctx, f); err != nil {
 					return err
 				}
@@ -838,6 +835,17 @@ func (s *syncRun) coverMissing(ctx context.Context) error {
 	}
 	s.report.Rejected = slices.DeleteFunc(s.report.Rejected, func(r FileError) bool { return s.covers[r.Name] })
 	return nil
+}
+
+// readableHeader returns a listed snapshot's header; ok is false when the
+// snapshot cannot be read or is gone, which only the remote's failure
+// makes an error.
+func (s *syncRun) readableHeader(ctx context.Context, name string) (h stateHeader, ok bool, err error) {
+	h, err = s.header(ctx, name)
+	if errors.As(err, new(rejection)) || errors.Is(err, fs.ErrNotExist) {
+		return h, false, nil
+	}
+	return h, err == nil, err
 }
 
 // recoverForgotten loads what a rejected file held when reading it again
@@ -868,12 +876,12 @@ func (s *syncRun) recoverForgotten(ctx context.Context) error {
 		if s.covers[f.Name] {
 			continue
 		}
-		h, err := s.header(ctx, f.Name)
-		if errors.As(err, new(rejection)) || errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		h, ok, err := s.readableHeader(ctx, f.Name)
 		if err != nil {
 			return err
+		}
+		if !ok {
+			continue
 		}
 		holds := slices.ContainsFunc(s.forget, func(name string) bool {
 			return !s.covers[name] && slices.Contains(slices.Concat(h.included, h.knows), name)

@@ -656,7 +656,7 @@ func TestLedgerPrunedMonthly(t *testing.T) {
 		t.Fatal("b wrote a snapshot too: the test needs a device that does not")
 	}
 	present := map[string]bool{}
-	for _, n := range append(listNamesOf(t, mem, kindPatch), listNamesOf(t, mem, kindSnapshot)...) {
+	for _, n := range append(remoteFiles(t, mem, kindPatch), remoteFiles(t, mem, kindSnapshot)...) {
 		present[n] = true
 	}
 	rows, err := b.db.Query(`SELECT name FROM sync_files`)

@@ -68,7 +68,7 @@ func TestUnreadableFileIsRejected(t *testing.T) {
 	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", mem)
 	b.put("from-b", `{"v":1}`)
 	b.sync()
-	denied := listNamesOf(t, mem, kindPatch)[0]
+	denied := remoteFiles(t, mem, kindPatch)[0]
 	remote.set(denied, &fs.PathError{Op: "open", Path: denied, Err: syscall.EACCES})
 
 	a.put("from-a", `{"v":1}`)
@@ -94,7 +94,7 @@ func TestUnreadableFileIsRejected(t *testing.T) {
 	// nothing is uploaded.
 	b.put("from-b", `{"v":2}`)
 	b.sync()
-	next := slices.DeleteFunc(listNamesOf(t, mem, kindPatch), func(n string) bool { return n == denied || !isFrom(n, "dev-b") })[0]
+	next := slices.DeleteFunc(remoteFiles(t, mem, kindPatch), func(n string) bool { return n == denied || !isFrom(n, "dev-b") })[0]
 	for _, outage := range []error{
 		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET},
 		fmt.Errorf("drive: %w", errors.New("googleapi: Error 503: Backend Error, backendError")),
@@ -135,7 +135,7 @@ func TestUnreadableSnapshotIsRejected(t *testing.T) {
 	if _, err := b.eng.Snapshot(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	snap := listNamesOf(t, mem, kindSnapshot)[0]
+	snap := remoteFiles(t, mem, kindSnapshot)[0]
 	remote.set(snap, fs.ErrPermission)
 	a.put("n", `{"v":2}`)
 	r, err := a.eng.Sync(context.Background())
@@ -189,7 +189,7 @@ func TestUnreadableFileInFolder(t *testing.T) {
 	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
 	b.put("from-b", `{"v":1}`)
 	b.sync()
-	denied := listNamesOf(t, remote, kindPatch)[0]
+	denied := remoteFiles(t, remote, kindPatch)[0]
 	path := filepath.Join(dir, filepath.FromSlash(denied))
 	if err := os.Chmod(path, 0); err != nil {
 		t.Fatal(err)
