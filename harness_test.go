@@ -55,8 +55,8 @@ import (
 //	go test -run 'TestSchedules/<subtest>' -rapid.seed=<seed> .
 
 var (
-	schedules      = flag.Int("schedules", 0, "randomized schedules for TestSchedules (0: 2000, or 200 with -race)")
-	driveSchedules = flag.Int("drive-schedules", 0, "randomized schedules for TestSchedulesOverDrive (0: 200, or 100 with -race)")
+	schedules      = flag.Int("schedules", 0, "randomized schedules for TestSchedules (0: 2000, or 100 with -race)")
+	driveSchedules = flag.Int("drive-schedules", 0, "randomized schedules for TestSchedulesOverDrive (0: 200, or 40 with -race)")
 	maxSkew        = flag.Duration("max-skew", 2*time.Hour, "how far a device's clock may be off in the schedules whose devices' clocks disagree")
 )
 
@@ -85,14 +85,14 @@ func TestMain(m *testing.M) {
 }
 
 func TestSchedules(t *testing.T) {
-	runSchedules(t, *schedules, 2000, 200, false)
+	runSchedules(t, *schedules, 2000, 100, false)
 }
 
 // TestSchedulesOverDrive runs the schedules with every device on its own
 // DriveRemote, over one fake Drive server that also fails HTTP requests
 // (rate limits, server errors, connections reset mid-body).
 func TestSchedulesOverDrive(t *testing.T) {
-	runSchedules(t, *driveSchedules, 200, 100, true)
+	runSchedules(t, *driveSchedules, 200, 40, true)
 }
 
 // runSchedules runs n schedules (rounded up to whole batches of rapid's
