@@ -590,7 +590,7 @@ func removalRun(rt *rapid.T, m *model, d *hdevice, label string) {
 		return
 	}
 	count("write: a long run of key removals")
-	for range rapid.IntRange(3, 6).Draw(rt, "rounds") {
+	for range rapid.IntRange(4, 8).Draw(rt, "rounds") {
 		for _, add := range []bool{true, false} {
 			d.seq++
 			m.batch(rt, d, id, fmt.Sprintf("%s#%d", d.name, d.seq), add)
@@ -846,7 +846,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	// the limit, and snapshots must be refused, not compacted on.
 	smallLimits := rapid.IntRange(0, 3).Draw(rt, "smallLimits") == 0
 	if smallLimits {
-		w.limits = Limits{MaxRecordSize: int64(rapid.SampledFrom([]int{1024, 1536}).Draw(rt, "maxRecord"))}
+		w.limits = Limits{MaxRecordSize: 1024}
 		count("schedules with a small record limit")
 		rt.Logf("store record limit %d", w.limits.MaxRecordSize)
 	}
