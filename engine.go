@@ -52,7 +52,7 @@ type Config struct {
 	// store.
 	Limits Limits
 	// Retention is how long patch files are kept before the snapshot
-	// that replaces them; zero means two months (seed 000). A device that
+	// that replaces them; zero means two months. A device that
 	// missed files compaction deleted (it was offline longer) loads the
 	// snapshot that holds them.
 	Retention time.Duration

@@ -14,8 +14,8 @@ import (
 // The outbox makes publishing a patch file safe against every failure
 // between upload and commit.
 //
-// Seed 000 deletes the uploaded file when the local transaction fails. But
-// another device may have applied the file in between; deleting it then
+// Deleting the uploaded file when the local transaction fails seems
+// natural. But another device may have applied the file in between; deleting it then
 // leaves that device with changes the uploader takes back, and the two
 // diverge for good. A crash leaves the file on the remote anyway, and the
 // uploader would later diff its rows against a state that lacks its own

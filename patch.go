@@ -12,9 +12,9 @@ import (
 
 // This file holds the merge rules that make devices converge.
 //
-// A change is an RFC 7396 merge patch stamped with (version, device). Seed
-// 000 keeps one version per record and drops a patch whose version is not
-// newer, which diverges when two devices edit different fields without
+// A change is an RFC 7396 merge patch stamped with (version, device).
+// Keeping one version per record and dropping a patch whose version is
+// not newer would diverge when two devices edit different fields without
 // seeing each other. Instead every record keeps a stamp per member path,
 // and the state after any set of patches is the state after applying them
 // in stamp order, whatever order they arrived in and however often:

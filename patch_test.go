@@ -85,7 +85,7 @@ func oracle(t tb, changes []change) string {
 }
 
 func TestSeedTitleDesc(t *testing.T) {
-	// Seed 000: Device 1 changes title, Device 2 changes desc and syncs
+	// Device 1 changes title, Device 2 changes desc and syncs
 	// first. Both edits must survive on every device.
 	base := change{patch: `{"title":"A","desc":"A"}`, at: stamp{1, "dev0"}}
 	d2 := change{patch: `{"desc":"B"}`, at: stamp{2, "dev2"}}

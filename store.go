@@ -17,7 +17,7 @@ import (
 )
 
 // The engine's own tables. sync_control, sync_pending_changes and
-// sync_states are the tables of seed 000; sync_meta holds this device's
+// sync_states hold what changed locally and the synced state; sync_meta holds this device's
 // identity and cursor, sync_files the remote files already applied (or
 // rejected), sync_outbox an upload not yet committed (see outbox.go),
 // sync_unwritten the synced records whose row the app's table refused

@@ -19,7 +19,7 @@ import (
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
-// Sync runs one sync cycle (seed 000, "同期の詳細手順"):
+// Sync runs one sync cycle:
 //
 //  1. List the remote and download, validate and spool every patch file
 //     not applied yet. Malformed files are rejected and reported; they
@@ -887,5 +887,33 @@ func (s *syncRun) send(ctx context.Context) error {
 	s.report.Uploaded, s.report.ChangesSent = name, s.sent
 	e.progress("upload", 1, 1)
 	e.log.Info("drivesync: uploaded", "file", name, "changes", s.sent)
+	return nil
+}
+
+// setMetas sets sync_meta key/value pairs in one transaction.
+func (s *syncRun) setMetas(ctx context.Context, kv ...string) error {
+	return s.inTx(ctx, func() error {
+		for i := 0; i < len(kv); i += 2 {
+			if err := setMeta(ctx, s.conn, kv[i], kv[i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// inTx runs fn in a write transaction of its own.
+func (s *syncRun) inTx(ctx context.Context, fn func() error) error {
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	if err := fn(); err != nil {
+		endTx(s.conn)
+		return &Error{Op: "sync", Err: err}
+	}
+	if _, err := s.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		endTx(s.conn)
+		return &Error{Op: "sync", Err: err}
+	}
 	return nil
 }

@@ -39,10 +39,10 @@ func TestTwoDevicesBasic(t *testing.T) {
 	assertConverged(t, a, b)
 }
 
-// TestSeedTitleDescDevices is seed 000's worked example over three
+// TestTitleDescDevices is a worked example over three
 // devices: Device 1 changes title, Device 2 changes desc and syncs first;
 // diffing against the pre-download state keeps both edits.
-func TestSeedTitleDescDevices(t *testing.T) {
+func TestTitleDescDevices(t *testing.T) {
 	remote := NewMemoryRemote()
 	d1, d2, d3 := newDevice(t, "dev-1", remote), newDevice(t, "dev-2", remote), newDevice(t, "dev-3", remote)
 	d1.put("r", `{"title":"A","desc":"A"}`)
@@ -58,10 +58,10 @@ func TestSeedTitleDescDevices(t *testing.T) {
 	}
 }
 
-// TestSeedNameDisplayOrder is seed 000's HLC example: A renames, B
+// TestNameDisplayOrder is the rename-versus-reorder example: A renames, B
 // reorders (a projection column) and syncs first; A syncs later. Both
 // changes survive on every device, and the column follows content.
-func TestSeedNameDisplayOrder(t *testing.T) {
+func TestNameDisplayOrder(t *testing.T) {
 	remote := NewMemoryRemote()
 	a, b, c := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote), newDevice(t, "dev-c", remote)
 	a.put("g", `{"parent_group_id":null,"name":"value","display_order":1,"group_type":"folder","updated_at":"2024-06-01T11:00:00Z","deleted_at":null}`)
@@ -83,10 +83,10 @@ func TestSeedNameDisplayOrder(t *testing.T) {
 	}
 }
 
-// TestDivergenceScenario is DESIGN.md's: A and C both saw version 5 of R;
+// TestDivergenceScenario: A and C both saw version 5 of R;
 // A changes R.x at 7 (after another change at 6), C changes R.y at 6,
-// neither sees the other before uploading. B applies A then C. Seed 000's
-// per-record versions leave the devices disagreeing forever.
+// neither sees the other before uploading. B applies A then C.
+// Per-record versions would leave the devices disagreeing forever.
 func TestDivergenceScenario(t *testing.T) {
 	lag := &laggingRemote{Remote: NewMemoryRemote(), hidden: map[string][]string{}}
 	a, b, c := newDevice(t, "dev-a", lag.as("a")), newDevice(t, "dev-b", lag.as("b")), newDevice(t, "dev-c", lag.as("c"))

@@ -1,0 +1,337 @@
+package drivesync
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+)
+
+// A state file (a snapshot or a merge file) holds records' whole states
+// with their clocks; this room is its format: writing, reading and
+// checking it.
+
+// stateFormat is the snapshot and merge file format this engine writes; it
+// reads every format up to it.
+const stateFormat = 1
+
+// stateHeader is the header of a snapshot or merge file.
+type stateHeader struct {
+	device   string
+	store    string
+	covers   time.Time // the writer's listing time: older files are in it
+	cutoff   time.Time // snapshots: compaction may delete patch files named before it
+	included []string  // snapshots: the patch and merge files the state holds
+	knows    []string  // snapshots: the older snapshots its writer had checked (see chooseSnapshot)
+	// verified: the writer read the file back under the store's limits
+	// before uploading it, so every device can read it (see verifyState).
+	verified bool
+}
+
+func appendNames(b []byte, names []string) []byte {
+	b = append(b, '[')
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonv.AppendString(b, name)
+	}
+	return append(b, ']')
+}
+
+// writeStateFile streams every record of sync_states into w, gzipped.
+// Memory stays flat: rows go out as they are read.
+func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) (records int, err error) {
+	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	if err != nil {
+		return 0, err
+	}
+	bw := bufio.NewWriterSize(gz, 64<<10)
+	b := fmt.Appendf(nil, `{"format":%d,"device":`, stateFormat)
+	b = jsonv.AppendString(b, h.device)
+	b = append(b, `,"store":`...)
+	b = jsonv.AppendString(b, h.store)
+	b = append(b, `,"covers":`...)
+	b = jsonv.AppendString(b, h.covers.UTC().Format(time.RFC3339Nano))
+	if !h.cutoff.IsZero() {
+		b = append(b, `,"cutoff":`...)
+		b = jsonv.AppendString(b, h.cutoff.UTC().Format(time.RFC3339Nano))
+		b = appendNames(append(b, `,"included":`...), h.included)
+		b = appendNames(append(b, `,"knows":`...), h.knows)
+		b = append(b, `,"verified":true`...) // writeState uploads it only then
+	}
+	b = append(b, `,"records":[`...)
+	if _, err := bw.Write(b); err != nil {
+		return 0, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT table_name, record_id, record_data, clock, is_deleted FROM sync_states ORDER BY table_name, record_id`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var table, record, data, clock []byte
+	var deleted bool
+	for rows.Next() {
+		if err := rows.Scan(&table, &record, &data, &clock, &deleted); err != nil {
+			return records, err
+		}
+		b = b[:0]
+		if records > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, "\n{\"table_name\":"...)
+		b = jsonv.AppendString(b, string(table))
+		b = append(b, `,"record_id":`...)
+		b = jsonv.AppendString(b, string(record))
+		b = append(b, `,"state":`...)
+		b = append(b, data...)
+		b = append(b, `,"clock":`...)
+		b = append(b, clock...)
+		b = fmt.Appendf(b, `,"is_deleted":%t}`, deleted)
+		if _, err := bw.Write(b); err != nil {
+			return records, err
+		}
+		records++
+	}
+	if err := rows.Err(); err != nil {
+		return records, err
+	}
+	if _, err := bw.WriteString("\n]}\n"); err != nil {
+		return records, err
+	}
+	if err := bw.Flush(); err != nil {
+		return records, err
+	}
+	return records, gz.Close()
+}
+
+// maxHeldName bounds a file name in a snapshot header: the longest name
+// the engine writes is about 120 bytes.
+const maxHeldName = 256
+
+// stateEntry is one record of a state file.
+type stateEntry struct {
+	Table   string          `json:"table_name"`
+	Record  string          `json:"record_id"`
+	State   json.RawMessage `json:"state"`
+	Clock   json.RawMessage `json:"clock"`
+	Deleted bool            `json:"is_deleted"`
+}
+
+// decodeStateFile reads a snapshot or merge file from r (gzip), checks its
+// header (the device its name claims, a format this engine reads) and
+// hands every validated record to emit; with emit nil it stops after the
+// header. As for patch files, callers spool the records and discard the
+// spool on error: a bad file is never half-applied.
+func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileChange) error) (stateHeader, error) {
+	var h stateHeader
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return h, fmt.Errorf("not gzip: %w", err)
+	}
+	defer gz.Close()
+	maxRecord := l.MaxRecordSize
+	values := &valueLimiter{r: &limitedReader{r: gz, n: l.MaxSnapshotSize, what: "uncompressed content"}, limit: math.MaxInt64}
+	dec := json.NewDecoder(values)
+	dec.UseNumber()
+	valueBound := 4*maxRecord + 64<<10 // content and clock
+	bound := func() { values.limit = dec.InputOffset() + valueBound }
+	if err := expectDelim(dec, '{'); err != nil {
+		return h, err
+	}
+	var format int64
+	seen := map[string]bool{}
+	devices := map[string]bool{} // device ids already checked
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return h, err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return h, fmt.Errorf("member %q appears twice", key)
+		}
+		seen[key] = true
+		bound()
+		switch key {
+		case "format":
+			var n json.Number
+			if err := dec.Decode(&n); err != nil {
+				return h, fmt.Errorf("format: %w", err)
+			}
+			if format, err = n.Int64(); err != nil || format < 1 {
+				return h, fmt.Errorf("format %q is not a positive integer", n)
+			}
+			if format > stateFormat {
+				return h, fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, stateFormat)
+			}
+		case "device":
+			if err := dec.Decode(&h.device); err != nil {
+				return h, fmt.Errorf("device: %w", err)
+			}
+			if h.device != wantDevice {
+				return h, fmt.Errorf("file says device %q but its name says %q", h.device, wantDevice)
+			}
+		case "store":
+			if err := dec.Decode(&h.store); err != nil {
+				return h, fmt.Errorf("store: %w", err)
+			}
+		case "verified":
+			if err := dec.Decode(&h.verified); err != nil {
+				return h, fmt.Errorf("verified: %w", err)
+			}
+		case "covers", "cutoff":
+			var text string
+			if err := dec.Decode(&text); err != nil {
+				return h, fmt.Errorf("%s: %w", key, err)
+			}
+			at, err := time.Parse(time.RFC3339Nano, text)
+			if err != nil {
+				return h, fmt.Errorf("%s: %w", key, err)
+			}
+			if key == "covers" {
+				h.covers = at
+			} else {
+				h.cutoff = at
+			}
+		case "included", "knows":
+			// Lists of file names have their own bound, not a record's:
+			// a busy store holds many files.
+			values.limit = dec.InputOffset() + l.MaxHeldFiles*(maxHeldName+4) + 64<<10
+			var names []string
+			if err := dec.Decode(&names); err != nil {
+				return h, fmt.Errorf("%s: %w", key, err)
+			}
+			if int64(len(names)) > l.MaxHeldFiles {
+				return h, fmt.Errorf("%w: %s lists %d files, over the store's MaxHeldFiles (%d)", errTooLarge, key, len(names), l.MaxHeldFiles)
+			}
+			for _, name := range names {
+				kind, _, _, ok := parseFileName(name)
+				if !ok || len(name) > maxHeldName || (kind == kindSnapshot) != (key == "knows") {
+					return h, fmt.Errorf("%s: %q is not a name of the right kind", key, name)
+				}
+			}
+			if key == "knows" {
+				h.knows = names
+			} else {
+				h.included = names
+			}
+		case "records":
+			if format == 0 || h.device == "" || h.store == "" || h.covers.IsZero() {
+				return h, errors.New(`"format", "device", "store" and "covers" must come before "records"`)
+			}
+			if emit == nil {
+				return h, nil
+			}
+			if err := expectDelim(dec, '['); err != nil {
+				return h, fmt.Errorf("records: %w", err)
+			}
+			for i := 0; dec.More(); i++ {
+				var e stateEntry
+				bound()
+				if err := dec.Decode(&e); err != nil {
+					return h, fmt.Errorf("record %d: %w", i, err)
+				}
+				c, err := validateStateEntry(e, maxRecord, devices)
+				if err != nil {
+					return h, fmt.Errorf("record %d: %w", i, err)
+				}
+				if err := emit(c); err != nil {
+					return h, err
+				}
+			}
+			if err := expectDelim(dec, ']'); err != nil {
+				return h, err
+			}
+		default:
+			var skip json.RawMessage // members of later formats
+			if err := dec.Decode(&skip); err != nil {
+				return h, err
+			}
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return h, err
+	}
+	if !seen["records"] {
+		return h, errors.New(`no "records"`)
+	}
+	switch _, err := dec.Token(); {
+	case err == io.EOF:
+		return h, nil
+	case err != nil:
+		return h, err
+	}
+	return h, errors.New("data after the end of the file")
+}
+
+// validateStateEntry checks one record of a state file and returns it in
+// the canonical form sync_states stores. Its clock must be one the merge
+// rules can produce, or devices that merge it could disagree.
+func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) (fileChange, error) {
+	if err := checkTableName(e.Table); err != nil {
+		return fileChange{}, err
+	}
+	if e.Record == "" || len(e.Record) > maxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), maxRecordIDLen)
+	}
+	if int64(len(e.State)) > maxRecord || int64(len(e.Clock)) > 2*maxRecord {
+		return fileChange{}, fmt.Errorf("%w: record %s/%s is over the %d-byte record limit", errTooLarge, e.Table, e.Record, maxRecord)
+	}
+	content := jsonv.Value{Members: []jsonv.Member{}}
+	if !e.Deleted {
+		var err error
+		if content, err = jsonv.ParseObject(e.State, jsonv.Options{}); err != nil {
+			return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
+		}
+	}
+	n, err := decodeState(content, e.Clock, e.Deleted)
+	if err == nil {
+		err = checkClock(n, stamp{version: maxVersion + 1}, devices)
+	}
+	if err != nil {
+		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
+	}
+	data, clock := encodeState(n)
+	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
+		deleted: !n.exists(), version: n.stamp.version, device: n.stamp.device}, nil
+}
+
+// checkClock checks what the merge rules guarantee of every state they
+// build: stamps in range, a node's stamp not below its children's, a floor
+// below its node's stamp and below every child kept over it.
+func checkClock(n *node, parent stamp, devices map[string]bool) error {
+	for _, s := range []stamp{n.stamp, n.floor} {
+		if s.isZero() {
+			continue
+		}
+		if s.version < 1 || s.version > maxVersion {
+			return fmt.Errorf("%w: version %d out of range", errBadClock, s.version)
+		}
+		if !devices[s.device] {
+			if checkDeviceID(s.device) != nil {
+				return fmt.Errorf("%w: device %q", errBadClock, s.device)
+			}
+			devices[s.device] = true
+		}
+	}
+	if n.stamp.isZero() || parent.less(n.stamp) || (!n.floor.isZero() && !n.floor.less(n.stamp)) {
+		return fmt.Errorf("%w: stamps out of order", errBadClock)
+	}
+	for _, k := range n.kids {
+		if !n.floor.isZero() && !n.floor.less(k.node.stamp) {
+			return fmt.Errorf("%w: a member older than its object's reset", errBadClock)
+		}
+		if err := checkClock(k.node, n.stamp, devices); err != nil {
+			return err
+		}
+	}
+	return nil
+}
