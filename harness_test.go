@@ -1049,9 +1049,10 @@ func checkLedgers(rt *rapid.T, w *world, devs []*hdevice) {
 		}
 		return names
 	}
-	y, mo, _ := w.now().Date()
-	// Past the skew of every device's clock, so that each is in the new
-	// month by its own clock.
+	// A month no device has reached by its own clock (one running ahead
+	// may be in the next month already, and have pruned for it), and past
+	// every device's skew into it.
+	y, mo, _ := w.now().Add(*maxSkew).Date()
 	w.advance(time.Date(y, mo+1, 1, 1, 0, 0, 0, time.UTC).Add(*maxSkew).Sub(w.now()))
 	before := list()
 	// Twice: Drive's clock, as a device estimates it, catches up with the
