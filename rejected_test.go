@@ -3,9 +3,12 @@ package drivesync
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -189,6 +192,91 @@ func TestRejectedFileCompactedMeanwhile(t *testing.T) {
 	r := b.sync()
 	if b.get("n") == "" {
 		t.Fatalf("b never got the records of the file it rejected: %+v", r)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+}
+
+// onceRemote lets each named file be opened once (a snapshot's header
+// reads), then refuses it, as a shared folder whose owner withdrew the
+// permission between two reads would.
+type onceRemote struct {
+	Remote
+	mu     sync.Mutex
+	opened map[string]int
+	names  map[string]bool
+}
+
+func (r *onceRemote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	r.mu.Lock()
+	r.opened[name]++
+	refuse := r.names[name] && r.opened[name] > 1
+	r.mu.Unlock()
+	if refuse {
+		return nil, fmt.Errorf("once remote: open %s: %w", name, fs.ErrPermission)
+	}
+	return r.Remote.Open(ctx, name)
+}
+
+// A snapshot whose header showed nothing lacking while a file it holds was
+// still to be downloaded is not checked when that file is then rejected
+// and the snapshot itself cannot be read: the device does not hold what
+// the snapshot holds. Before, it was recorded as checked; the device's own
+// snapshot then named it as known, and once compaction had deleted the
+// file, the device loaded its own snapshot to recover it, took the
+// checked snapshot as held, and never received the file's records.
+func TestSnapshotNotCheckedWhenItsFileIsRejected(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	refuse := &refusingRemote{Remote: mem}
+	once := &onceRemote{Remote: refuse, opened: map[string]int{}, names: map[string]bool{}}
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", once)
+	withRetention(a, time.Minute)
+	withRetention(b, time.Minute)
+	a.put("r1", `{"v":1}`)
+	a.sync()
+	b.sync()
+	s0 := a.snapshot().Snapshot
+	clk.add(time.Minute)
+	a.put("r2", `{"v":2}`)
+	f := a.sync().Uploaded
+	clk.add(40 * time.Minute)
+	s1 := a.snapshot().Snapshot // holds f, knows s0
+
+	refuse.set(f, fs.ErrPermission)
+	once.names[s1] = true
+	r := b.sync()
+	if got := rejectedNames(r); !slices.Contains(got, f) || !slices.Contains(got, s1) {
+		t.Fatalf("b rejected %v, want %s and %s", got, f, s1)
+	}
+	var status string
+	b.db.QueryRow(`SELECT status FROM sync_files WHERE name = ?`, s1).Scan(&status)
+	if status == fileChecked || status == fileApplied {
+		t.Fatalf("b recorded %s as %s, though it holds %s, which b rejected", s1, status, f)
+	}
+	clk.add(10 * time.Minute)
+	b.snapshot()
+
+	// a compacts on s1's authority (b's snapshot is too young to be one):
+	// f and s0 go; s1 stays.
+	clk.add(6 * time.Minute)
+	if r := a.sync(); r.Deleted == 0 {
+		t.Fatalf("a compacted nothing: %+v", r)
+	}
+	if files := remoteFiles(t, mem, kindPatch); slices.Contains(files, f) {
+		t.Fatalf("%s was not compacted", f)
+	}
+	if snaps := remoteFiles(t, mem, kindSnapshot); slices.Contains(snaps, s0) || !slices.Contains(snaps, s1) {
+		t.Fatalf("snapshots after compaction: %v (want %s gone, %s kept)", snaps, s0, s1)
+	}
+
+	refuse.set(f, nil)
+	once.names[s1] = false
+	clk.add(3 * time.Hour)
+	r = b.sync()
+	if b.get("r2") == "" {
+		t.Fatalf("b never received r2, whose file it rejected: %+v", r)
 	}
 	syncAll(t, a, b)
 	assertConverged(t, a, b)

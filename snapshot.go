@@ -261,7 +261,38 @@ func (s *syncRun) coverMissing(ctx context.Context) error {
 		}
 	}
 	s.report.Rejected = slices.DeleteFunc(s.report.Rejected, func(r FileError) bool { return s.covers[r.Name] })
+	s.settleChecked()
 	return nil
+}
+
+// settleChecked keeps as checked only the snapshots whose every named file
+// and snapshot this device holds once the downloads are done. A header
+// read before the downloads counted a file about to be downloaded, or a
+// snapshot about to be checked, as held; if that file was then rejected
+// (and no snapshot could bring it), the device does not hold what the
+// snapshot holds. Recorded as checked, the snapshot would be named as
+// known by this device's own snapshots, which would then claim, and let
+// compaction act on, content the device never had. Such a snapshot is
+// left unrecorded (or rejected, if reading it failed) and judged again
+// when next seen.
+func (s *syncRun) settleChecked() {
+	unheld := map[string]bool{}
+	for _, r := range s.report.Rejected {
+		unheld[r.Name] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		s.checked = slices.DeleteFunc(s.checked, func(f RemoteFile) bool {
+			h, read := s.headers[f.Name]
+			drop := unheld[f.Name] || read && (slices.ContainsFunc(h.included, func(n string) bool { return unheld[n] }) ||
+				slices.ContainsFunc(h.knows, func(n string) bool { return unheld[n] }))
+			if drop {
+				unheld[f.Name] = true
+				changed = true
+			}
+			return drop
+		})
+	}
 }
 
 // readableHeader returns a listed snapshot's header; ok is false when the
