@@ -242,8 +242,10 @@ func (s *syncRun) rebasePending(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A record deleted meanwhile comes back whole: the app's edits
+		// are stamped after the delete.
 		var merged *jsonv.Value
-		if st.node.exists() {
+		if st.node.hasContent() {
 			v := st.node.value()
 			merged = &v
 		}
@@ -556,11 +558,11 @@ func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordS
 		return nil, err
 	}
 	st := &recordState{stored: data + "\x00" + clock}
-	var content jsonv.Value
+	content, err := jsonv.ParseObject([]byte(data), jsonv.Options{})
+	if err != nil {
+		return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
+	}
 	if !deleted {
-		if content, err = jsonv.ParseObject([]byte(data), jsonv.Options{}); err != nil {
-			return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
-		}
 		st.data = &content
 	}
 	if st.node, err = decodeState(content, []byte(clock), deleted); err != nil {
@@ -584,7 +586,7 @@ func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_data, clock = excluded.clock,
 	sync_version = excluded.sync_version, device_id = excluded.device_id, is_deleted = excluded.is_deleted`,
-		c.table, c.record, data, clock, st.node.stamp.version, st.node.stamp.device, !st.node.exists())
+		c.table, c.record, data, clock, st.node.newest().version, st.node.newest().device, !st.node.exists())
 	if err != nil {
 		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
@@ -618,7 +620,7 @@ func (s *syncRun) createState(ctx context.Context, c fileChange, device string) 
 			return nil, err
 		}
 		data, clock = encodeState(n)
-		at, gone = n.stamp, !n.exists()
+		at, gone = n.newest(), !n.exists()
 	}
 	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
@@ -637,12 +639,9 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHI
 
 func applyChange(n *node, c fileChange, device string) error {
 	if c.clock != nil { // a state file's record: merge its state
-		content := jsonv.Value{Members: []jsonv.Member{}}
-		if !c.deleted {
-			var err error
-			if content, err = jsonv.ParseObject(c.patch, jsonv.Options{}); err != nil {
-				return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-			}
+		content, err := jsonv.ParseObject(c.patch, jsonv.Options{})
+		if err != nil {
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 		}
 		o, err := decodeState(content, c.clock, c.deleted)
 		if err != nil {
@@ -664,10 +663,11 @@ func applyChange(n *node, c fileChange, device string) error {
 	return nil
 }
 
-// encodeState returns what sync_states stores for a record.
+// encodeState returns what sync_states stores for a record: its content,
+// shown or hidden under a tombstone, and its clock.
 func encodeState(n *node) (data, clock string) {
 	data = "{}"
-	if n.exists() {
+	if n.hasContent() {
 		data = string(jsonv.Encode(n.value()))
 	}
 	return data, string(encodeClock(n))

@@ -47,10 +47,13 @@
 //   - When two devices change the same field between syncs, the device
 //     that syncs later wins: its change is stamped after everything it
 //     downloaded first. Equal versions are won by the larger device id.
-//   - A physical delete removes every field written before it. A later
-//     edit on another device re-creates the record with only the fields
-//     that edit wrote. A soft delete (a deleted_at field in content) is an
-//     ordinary edit.
+//   - A physical delete hides the record and keeps its fields. An edit
+//     stamped after it (another device edited the record without having
+//     seen the delete, and synced later) brings the whole record back
+//     with that edit on top; one stamped before it stays hidden. A record
+//     is never re-created in part. A row inserted again over a deleted
+//     one is exactly the new row everywhere. A soft delete (a deleted_at
+//     field in content) is an ordinary edit.
 //
 // # Values
 //

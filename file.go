@@ -29,8 +29,12 @@ import (
 // a physical delete has is_deleted true and an empty patch.
 
 // patchFormat is the format version this engine writes. It reads every
-// version up to this one and refuses newer ones.
-const patchFormat = 1
+// version up to this one and refuses newer ones. Format 2 keeps the layout
+// of format 1 and changes what a physical delete means (it hides the
+// record's fields instead of dropping them, see patch.go): an engine that
+// reads only format 1 would merge format 2 files differently, so it must
+// refuse them.
+const patchFormat = 2
 
 const nameTimeLayout = "20060102T150405.000Z"
 

@@ -156,6 +156,7 @@ type world struct {
 	offset    atomic.Int64
 	retention time.Duration // every device's Config.Retention
 	limits    Limits        // every device's Config.Limits: the store's
+	strict    bool          // notes is strictNotesSchema
 	// damaged[device][name]: until the remote time given, that device
 	// reads the file truncated (a folder-sync tool still writing it) or
 	// as of a newer format (the device runs an older app until then).
@@ -426,12 +427,52 @@ func (d *hdevice) openDB(rt *rapid.T) {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	for _, schema := range []string{notesSchema, miscSchema} {
+	notes := notesSchema
+	if d.remote.w.strict {
+		notes = strictNotesSchema
+	}
+	for _, schema := range []string{notes, miscSchema} {
 		if _, err := db.Exec(schema); err != nil {
 			rt.Fatal(err)
 		}
 	}
 	d.db = db
+}
+
+// strictNotesSchema is the notes table of a third of the schedules: a
+// STRICT table whose projections a and b are NOT NULL, as the original
+// design's tables have them. A record re-created in part could never be
+// written to it.
+const strictNotesSchema = `CREATE TABLE IF NOT EXISTS notes (
+	id TEXT PRIMARY KEY,
+	content BLOB NOT NULL,
+	a TEXT NOT NULL,
+	b TEXT NOT NULL,
+	title TEXT,
+	display_order INTEGER
+) STRICT`
+
+// Statements of the app's writes to notes; on the strict table the app
+// keeps its projections in step with content, as such an app does.
+func (d *hdevice) putNote(rt *rapid.T, id, content string) {
+	q := `INSERT INTO notes (id, content) VALUES (?1, jsonb(?2)) ON CONFLICT (id) DO UPDATE SET content = excluded.content`
+	if d.remote.w.strict {
+		q = `INSERT INTO notes (id, content, a, b) VALUES (?1, jsonb(?2), ?2 ->> '$.a', ?2 ->> '$.b')
+ON CONFLICT (id) DO UPDATE SET content = excluded.content, a = excluded.a, b = excluded.b`
+	}
+	if _, err := d.db.Exec(q, id, content); err != nil {
+		rt.Fatal(err)
+	}
+}
+
+func (d *hdevice) setNotePath(rt *rapid.T, id, path, val string) {
+	q := `UPDATE notes SET content = jsonb_set(content, ?2, ?3) WHERE id = ?1`
+	if d.remote.w.strict {
+		q = `UPDATE notes SET content = jsonb_set(content, ?2, ?3), a = jsonb_set(content, ?2, ?3) ->> '$.a', b = jsonb_set(content, ?2, ?3) ->> '$.b' WHERE id = ?1`
+	}
+	if _, err := d.db.Exec(q, id, path, val); err != nil {
+		rt.Fatal(err)
+	}
 }
 
 // setDetached unregisters the notes table on d (the app syncs only misc
@@ -625,7 +666,7 @@ func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
 	}
 	dev := "hostile-" + label
 	name := patchFileName(now, dev)
-	body := fmt.Sprintf(`{"format":1,"device":%q,"changes":[{"table_name":"notes","record_id":"h%s","patch":{"a":"hostile"},"is_deleted":false,"sync_version":%d}]}`, dev, label, v)
+	body := fmt.Sprintf(`{"format":1,"device":%q,"changes":[{"table_name":"notes","record_id":"h%s","patch":{"a":"hostile","b":"hostile"},"is_deleted":false,"sync_version":%d}]}`, dev, label, v)
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	zw.Write([]byte(body))
@@ -790,16 +831,15 @@ func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 		}
 	case op <= 2 || !exists: // create or replace whole
 		content := fmt.Sprintf(`{"a":%q,"b":%q,"n":{"x":%q}}`, val+"a", val+"b", val+"x")
-		if _, err := d.db.Exec(`INSERT INTO notes (id, content) VALUES (?, jsonb(?)) ON CONFLICT (id) DO UPDATE SET content = excluded.content`, id, content); err != nil {
-			rt.Fatal(err)
-		}
+		d.putNote(rt, id, content)
 		written = map[string]string{"a": val + "a", "b": val + "b", "n.x": val + "x", "n.y": "", "deleted_at": ""}
 	default: // one field
 		p := rapid.SampledFrom(harnessPaths).Draw(rt, label+"path")
-		if _, err := d.db.Exec(`UPDATE notes SET content = jsonb_set(content, ?, ?) WHERE id = ?`, "$."+p, val, id); err != nil {
-			rt.Fatal(err)
-		}
+		d.setNotePath(rt, id, "$."+p, val)
 		written[p] = val
+		if h := m.hist[id]["a"]; len(h) > 0 && h[len(h)-1].value == "" && h[len(h)-1].device != d.name {
+			count("write: an edit of a record another device deleted")
+		}
 	}
 	rt.Logf("%s: write %s %v (had %v, exists %v)", d.name, id, written, cur, exists)
 	if m.hist[id] == nil {
@@ -849,6 +889,9 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		w.limits = Limits{MaxRecordSize: 1024}
 		count("schedules with a small record limit")
 		rt.Logf("store record limit %d", w.limits.MaxRecordSize)
+	}
+	if w.strict = rapid.IntRange(0, 2).Draw(rt, "strict") == 0; w.strict {
+		count("schedules with a strict table, NOT NULL projections")
 	}
 	if overDrive {
 		count("schedules over Drive")
@@ -1197,6 +1240,11 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice) {
 			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 {
 				moved = true
 			}
+			if len(r.Unwritten) > 0 && round > 0 {
+				// Every file is visible now: no record may be partial,
+				// and no table refuse a row, after a first round.
+				rt.Fatalf("%s: rows the tables refused: %v", d.name, r.Unwritten)
+			}
 			for _, f := range w.rejectedUnexpectedly(r) {
 				// A file ahead of a device's clock estimate (Drive's,
 				// stale for a moment after the clock jumped) is read
@@ -1217,11 +1265,15 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice) {
 }
 
 func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
+	notesDump := `SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`
+	if devs[0].remote.w.strict {
+		notesDump = `SELECT id, hex(content), quote(a), quote(b), quote(title), quote(display_order) FROM notes ORDER BY id`
+	}
 	dump := func(d *hdevice) string {
 		var b strings.Builder
 		for _, q := range []string{
 			`SELECT table_name, record_id, record_data, clock, sync_version, device_id, is_deleted FROM sync_states ORDER BY 1, 2`,
-			`SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`,
+			notesDump,
 		} {
 			rows, err := d.db.Query(q)
 			if err != nil {
@@ -1242,6 +1294,20 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		return b.String()
 	}
 	want := dump(devs[0])
+	for _, d := range devs {
+		// No record is ever partial: every write of the harness keeps a
+		// and b, so a record shown without them was re-created in part.
+		var partial, unwritten, stray int
+		d.db.QueryRow(`SELECT count(*) FROM sync_states WHERE table_name = 'notes' AND NOT is_deleted
+	AND (json_extract(record_data, '$.a') IS NULL OR json_extract(record_data, '$.b') IS NULL)`).Scan(&partial)
+		d.db.QueryRow(`SELECT count(*) FROM sync_states s WHERE table_name = 'notes' AND NOT is_deleted
+	AND NOT EXISTS (SELECT 1 FROM notes WHERE id = s.record_id)`).Scan(&unwritten)
+		d.db.QueryRow(`SELECT count(*) FROM notes c WHERE NOT EXISTS (SELECT 1 FROM sync_states s
+	WHERE s.table_name = 'notes' AND s.record_id = c.id AND NOT s.is_deleted)`).Scan(&stray)
+		if partial+unwritten+stray > 0 {
+			rt.Fatalf("%s: %d records shown in part, %d synced records missing from the table, %d rows not synced", d.name, partial, unwritten, stray)
+		}
+	}
 	for _, d := range devs {
 		if got := dump(d); got != want {
 			rt.Fatalf("%s diverged from %s:\n%s\nvs\n%s", d.name, devs[0].name, got, want)

@@ -260,7 +260,7 @@ func TestHostileMalformedFiles(t *testing.T) {
 		{name: "truncated gzip stream", raw: func() []byte { g := gzipBytes([]byte(evilFile(goodChange))); return g[:len(g)-6] }()},
 		{name: "empty file", raw: []byte{}},
 		{name: "gzip of nothing", body: ""},
-		{name: "future format", body: `{"format":2,"device":"` + evilDev + `","changes":[` + goodChange + `]}`, want: ErrUnsupportedFormat},
+		{name: "future format", body: `{"format":` + fmt.Sprint(patchFormat+1) + `,"device":"` + evilDev + `","changes":[` + goodChange + `]}`, want: ErrUnsupportedFormat},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,9 +24,16 @@ import (
 //   - a leaf value or a removal at a path also ends every older write
 //     below it (its "floor"), while an object written over an object
 //     merges, as RFC 7396 does;
-//   - a physical delete is a removal at the root: it ends every write
-//     stamped at or below it, and a newer write re-creates the record with
-//     only the paths written after the delete.
+//   - a physical delete hides the record but keeps its fields, each with
+//     its stamp, under the tombstone. The record is visible when its
+//     newest write is newer than its newest delete: a write stamped after
+//     the delete brings back the whole record with that write on top (a
+//     device that edited the record without seeing the delete sent only
+//     its edit, and the fields it did not touch must not be lost), and a
+//     write stamped before it merges into the hidden fields and stays
+//     hidden. A device that re-creates a record it saw deleted diffs the
+//     new row against the hidden fields, so the record comes back as
+//     exactly the new row. A record is never re-created in part.
 //
 // Removed paths keep a tombstone stamp so that an older write arriving
 // late stays removed.
@@ -50,6 +57,10 @@ type node struct {
 	floor stamp
 	leaf  []byte
 	kids  []kid // sorted by key
+	// gone is, at a record's root, the stamp of its newest physical
+	// delete (zero if none): the record is hidden unless a write at the
+	// root is newer.
+	gone stamp
 }
 
 type kid struct {
@@ -75,14 +86,19 @@ func (n *node) applyPatch(patch jsonv.Value, t stamp) {
 	n.writeObject(patch, t)
 }
 
-// applyDelete records a physical delete of the record at t.
-func (n *node) applyDelete(t stamp) { n.reset(absentNode, nil, t) }
+// applyDelete records a physical delete of the record at t: it hides the
+// record's content until a newer write, and removes none of it.
+func (n *node) applyDelete(t stamp) {
+	if n.gone.less(t) {
+		n.gone = t
+	}
+}
 
 // reset applies a leaf write (kind leafNode) or a removal (absentNode).
 func (n *node) reset(kind nodeKind, leaf []byte, t stamp) {
 	switch {
 	case n.stamp.less(t):
-		*n = node{kind: kind, stamp: t, leaf: leaf}
+		*n = node{kind: kind, stamp: t, leaf: leaf, gone: n.gone}
 	case n.kind == objectNode && n.floor.less(t):
 		// Older than the object now here, but it still ends the writes
 		// below this path that came before it.
@@ -96,7 +112,7 @@ func (n *node) writeObject(obj jsonv.Value, t stamp) {
 		if !n.stamp.less(t) {
 			return // a newer leaf or removal supersedes this object
 		}
-		*n = node{kind: objectNode, stamp: t, floor: n.stamp}
+		*n = node{kind: objectNode, stamp: t, floor: n.stamp, gone: n.gone}
 	} else {
 		if !n.floor.less(t) {
 			return // written before this path was last reset
@@ -137,8 +153,21 @@ func (n *node) prune(f stamp) {
 	n.kids = out
 }
 
-// exists reports whether the record is present (not deleted).
-func (n *node) exists() bool { return n.kind == objectNode }
+// exists reports whether the record is present: it has content, and its
+// newest write is newer than its newest delete.
+func (n *node) exists() bool { return n.kind == objectNode && n.gone.less(n.stamp) }
+
+// hasContent reports whether the record has content, shown or hidden
+// under a tombstone.
+func (n *node) hasContent() bool { return n.kind == objectNode }
+
+// newest returns the stamp of the record's newest write or delete.
+func (n *node) newest() stamp {
+	if n.stamp.less(n.gone) {
+		return n.gone
+	}
+	return n.stamp
+}
 
 // value returns the materialized content of an object node.
 func (n *node) value() jsonv.Value {
@@ -198,22 +227,29 @@ func newRecordState(patch jsonv.Value, t stamp) *node {
 // The clock column of sync_states stores every stamp of a record as
 // compact canonical JSON next to its content:
 //
-//	{"d":["<device>",...],"n":<node>}
+//	{"d":["<device>",...],"n":<node>,"x":[version, device]}
 //
 // "d" lists the record's devices in byte order and stamps refer to them by
 // index. A node is [version, device] for a leaf or a removal,
 // [version, device, {children}] for an object, with the floor appended as
 // two more numbers when it is set. A child whose stamp equals its
 // parent's and that needs nothing else is left out: a record written by
-// one patch stores a single stamp.
+// one patch stores a single stamp. "x" is the record's newest physical
+// delete, left out when there is none; "n" is left out when no write has
+// reached the record, only a delete.
+//
+// Format 1 of the engine stored a deleted record as "n":[version, device]
+// alone, its fields dropped: decodeState reads that as a delete with no
+// content.
 
 func encodeClock(root *node) []byte {
 	devs := map[string]int{}
 	var collect func(n *node)
 	collect = func(n *node) {
-		devs[n.stamp.device] = 0
-		if !n.floor.isZero() {
-			devs[n.floor.device] = 0
+		for _, s := range []stamp{n.stamp, n.floor, n.gone} {
+			if !s.isZero() {
+				devs[s.device] = 0
+			}
 		}
 		for _, k := range n.kids {
 			collect(k.node)
@@ -235,8 +271,16 @@ func encodeClock(root *node) []byte {
 		}
 		b = jsonv.AppendString(b, d)
 	}
-	b = append(b, `],"n":`...)
-	b = appendClockNode(b, root, devs)
+	b = append(b, ']')
+	if !root.stamp.isZero() {
+		b = append(b, `,"n":`...)
+		b = appendClockNode(b, root, devs)
+	}
+	if !root.gone.isZero() {
+		b = append(b, `,"x":[`...)
+		b = appendStamp(b, root.gone, devs)
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 
@@ -300,15 +344,22 @@ var errBadClock = errors.New("malformed clock")
 var clockOptions = jsonv.Options{MaxDepth: 2*jsonv.DefaultMaxDepth + 8}
 
 // decodeState rebuilds a record's merge state from its stored content and
-// clock. content is ignored for a deleted record.
+// clock. deleted must agree with the clock: a record is stored as deleted
+// exactly when its newest delete is newer than its newest write.
 func decodeState(content jsonv.Value, clock []byte, deleted bool) (*node, error) {
 	cv, err := jsonv.ParseObject(clock, clockOptions)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadClock, err)
 	}
+	for _, m := range cv.Members {
+		if m.Key != "d" && m.Key != "n" && m.Key != "x" {
+			return nil, errBadClock
+		}
+	}
 	dv, okD := cv.Get("d")
 	nv, okN := cv.Get("n")
-	if !okD || !okN {
+	xv, okX := cv.Get("x")
+	if !okD {
 		return nil, errBadClock
 	}
 	list, err := jsonv.ParseArray(dv.Leaf, clockOptions)
@@ -322,14 +373,53 @@ func decodeState(content jsonv.Value, clock []byte, deleted bool) (*node, error)
 			return nil, errBadClock
 		}
 	}
-	if deleted {
+	var gone stamp
+	if okX {
+		c, err := parseClockNode(xv.Leaf, devs)
+		if err != nil || c.kids != nil {
+			return nil, errBadClock
+		}
+		gone = c.stamp
+	}
+	root := &node{}
+	switch {
+	case !okN:
+		if len(content.Members) != 0 {
+			return nil, errBadClock // content with no stamp
+		}
+	case deleted && !okX && len(content.Members) == 0:
+		// Format 1: a deleted record kept only its delete's stamp.
 		c, err := parseClockNode(nv.Leaf, devs)
 		if err != nil || c.kids != nil {
 			return nil, errBadClock
 		}
-		return &node{kind: absentNode, stamp: c.stamp}, nil
+		gone = c.stamp
+	default:
+		if root, err = buildNode(content, nv.Leaf, devs, stamp{}, true); err != nil {
+			return nil, err
+		}
+		if root.kind != objectNode {
+			return nil, errBadClock
+		}
+		if !root.floor.isZero() {
+			// Format 1: a record re-created after a delete kept the
+			// delete as its root's floor, below every member.
+			for _, k := range root.kids {
+				if !root.floor.less(k.node.stamp) {
+					return nil, errBadClock
+				}
+			}
+			if gone.less(root.floor) {
+				gone = root.floor
+			}
+			root.floor = stamp{}
+		}
 	}
-	return buildNode(content, nv.Leaf, devs, stamp{}, true)
+	root.gone = gone
+	if deleted == root.exists() {
+		return nil, fmt.Errorf("%w: the record's deleted flag disagrees with its stamps", errBadClock)
+	}
+	return root, nil
 }
 
 // buildNode pairs a content value (present says whether there is one)
@@ -444,7 +534,12 @@ func parseStamp(v, d jsonv.Value, devs []string) (stamp, error) {
 // of o, the newest write there and the reset below it (its floor), each
 // as the nested patch that would have written it; the merge rules above
 // then make the order irrelevant.
-func (n *node) merge(o *node) { n.replay(o, nil) }
+func (n *node) merge(o *node) {
+	n.replay(o, nil)
+	if !o.gone.isZero() {
+		n.applyDelete(o.gone)
+	}
+}
 
 func (n *node) replay(o *node, path []string) {
 	if !o.floor.isZero() {

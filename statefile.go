@@ -19,8 +19,9 @@ import (
 // checking it.
 
 // stateFormat is the snapshot and merge file format this engine writes; it
-// reads every format up to it.
-const stateFormat = 1
+// reads every format up to it. Format 2 keeps a deleted record's fields
+// under its tombstone, with the delete's stamp in the clock's "x".
+const stateFormat = 2
 
 // stateHeader is the header of a snapshot or merge file.
 type stateHeader struct {
@@ -285,12 +286,9 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	if int64(len(e.State)) > maxRecord || int64(len(e.Clock)) > 2*maxRecord {
 		return fileChange{}, fmt.Errorf("%w: record %s/%s is over the %d-byte record limit", errTooLarge, e.Table, e.Record, maxRecord)
 	}
-	content := jsonv.Value{Members: []jsonv.Member{}}
-	if !e.Deleted {
-		var err error
-		if content, err = jsonv.ParseObject(e.State, jsonv.Options{}); err != nil {
-			return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
-		}
+	content, err := jsonv.ParseObject(e.State, jsonv.Options{})
+	if err != nil {
+		return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
 	}
 	n, err := decodeState(content, e.Clock, e.Deleted)
 	if err == nil {
@@ -301,7 +299,7 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	}
 	data, clock := encodeState(n)
 	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
-		deleted: !n.exists(), version: n.stamp.version, device: n.stamp.device}, nil
+		deleted: !n.exists(), version: n.newest().version, device: n.newest().device}, nil
 }
 
 // checkClock checks what the merge rules guarantee of every state they

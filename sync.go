@@ -710,8 +710,11 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 	if !synced.Valid {
 		c.flags |= planNoState
 	}
+	// old is the synced content: shown, or hidden under a tombstone. A
+	// row written over a tombstone is diffed against the hidden fields,
+	// so that the record comes back as exactly the row.
 	var old *jsonv.Value
-	if synced.Valid && !syncedDeleted {
+	if synced.Valid {
 		v, err := jsonv.ParseObject([]byte(synced.String), jsonv.Options{})
 		if err != nil {
 			s.skipRecord(t.name, id, fmt.Errorf("synced state is corrupt: %w", err))
@@ -724,8 +727,8 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 		return c, true
 	}
 	switch {
-	case !rowExists && old == nil:
-		c.flags = planNoop | planRowCanonical // created and deleted between syncs
+	case !rowExists && (old == nil || syncedDeleted):
+		c.flags = planNoop | planRowCanonical // created and deleted between syncs, or still deleted
 	case !rowExists:
 		c.deleted, c.patch = true, []byte("{}")
 	default:
@@ -747,12 +750,18 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 		if rowCanonical && string(enc) == content.String {
 			c.flags |= planRowCanonical
 		}
-		if old == nil {
+		switch {
+		case old == nil:
 			c.patch = enc
-		} else if d := diff(*old, cur); len(d.Members) > 0 {
-			c.patch = jsonv.Encode(d)
-		} else {
-			c.flags |= planNoop
+		case syncedDeleted:
+			// Even an empty patch is a write: it brings the record back.
+			c.patch = jsonv.Encode(diff(*old, cur))
+		default:
+			if d := diff(*old, cur); len(d.Members) > 0 {
+				c.patch = jsonv.Encode(d)
+			} else {
+				c.flags |= planNoop
+			}
 		}
 	}
 	// What readers bound is the patch: a record that merges from several

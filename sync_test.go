@@ -145,17 +145,16 @@ func TestDeletesAndRecreation(t *testing.T) {
 	}
 
 	// Delete on one device, edit on the other at the same time: the edit
-	// is newer (synced later), so it re-creates the record with only the
-	// edited field; deleted on the first device, then edited — per
-	// DESIGN.md's rule for deletes against concurrent edits.
+	// is newer (synced later), so the whole record comes back with the
+	// edit on top, never a part of it.
 	a.exec(`DELETE FROM notes WHERE id = 'n1'`)
-	b.put("n1", `{"title":"edited","deleted_at":"2026-11-22T10:00:00Z"}`)
+	b.exec(`UPDATE notes SET content = jsonb_set(content, '$.title', 'edited') WHERE id = 'n1'`)
 	a.sync()
 	b.sync()
 	syncAll(t, a, b)
 	assertConverged(t, a, b)
-	if got := a.get("n1"); got != `{"title":"edited"}` {
-		t.Fatalf("edit after delete: got %q, want only the newer field", got)
+	if got := a.get("n1"); got != `{"deleted_at":"2026-11-22T10:00:00Z","title":"edited"}` {
+		t.Fatalf("edit after delete: got %q, want the whole record with the edit", got)
 	}
 
 	// Insert then delete between syncs sends nothing.

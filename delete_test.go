@@ -1,0 +1,172 @@
+package drivesync
+
+import (
+	"testing"
+)
+
+// episodeGroupsSchema is the example table of the original design: NOT
+// NULL projection columns that every record must fill.
+const episodeGroupsSchema = `CREATE TABLE IF NOT EXISTS episode_groups (
+	id TEXT PRIMARY KEY,
+	parent_group_id TEXT,
+	content JSONB NOT NULL,
+	display_order INTEGER NOT NULL,
+	group_type TEXT NOT NULL,
+	updated_at TEXT NOT NULL,
+	deleted_at TEXT DEFAULT NULL
+)`
+
+func newGroupsDevice(t *testing.T, name string, remote Remote) *device {
+	t.Helper()
+	d := newDevice(t, name, remote, notesSchema, episodeGroupsSchema)
+	d.cfg.Tables = []Table{{Name: "episode_groups"}}
+	d.open()
+	return d
+}
+
+func (d *device) putGroup(id, content string) {
+	d.t.Helper()
+	d.exec(`INSERT INTO episode_groups (id, content, display_order, group_type, updated_at)
+VALUES (?1, jsonb(?2), ?2 ->> '$.display_order', ?2 ->> '$.group_type', ?2 ->> '$.updated_at')
+ON CONFLICT (id) DO UPDATE SET content = excluded.content, display_order = excluded.display_order,
+	group_type = excluded.group_type, updated_at = excluded.updated_at`, id, content)
+}
+
+func (d *device) group(id string) string {
+	d.t.Helper()
+	var s string
+	err := d.db.QueryRow(`SELECT json(content) FROM episode_groups WHERE id = ?`, id).Scan(&s)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+func (d *device) groupsDump() string {
+	d.t.Helper()
+	var b []byte
+	rows, err := d.db.Query(`SELECT id, quote(parent_group_id), hex(content), display_order, group_type, updated_at, quote(deleted_at) FROM episode_groups ORDER BY id`)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, parent, content, typ, updated, deleted string
+		var order int64
+		if err := rows.Scan(&id, &parent, &content, &order, &typ, &updated, &deleted); err != nil {
+			d.t.Fatal(err)
+		}
+		b = append(b, id+" "+parent+" "+content+" "+typ+" "+updated+" "+deleted+"\n"...)
+	}
+	states := d.dump()
+	return string(b) + states
+}
+
+func syncGroups(t *testing.T, devs ...*device) {
+	t.Helper()
+	for range 3 {
+		for _, d := range devs {
+			if r := d.sync(); len(r.Unwritten) > 0 {
+				t.Fatalf("%s: rows the table refused: %v", d.name, r.Unwritten)
+			}
+		}
+	}
+	want := devs[0].groupsDump()
+	for _, d := range devs[1:] {
+		if got := d.groupsDump(); got != want {
+			t.Fatalf("%s differs from %s:\n%s\nvs\n%s", d.name, devs[0].name, got, want)
+		}
+	}
+}
+
+const group1 = `{"parent_group_id":null,"name":"Season 1","display_order":1,"group_type":"folder","updated_at":"2024-06-01T12:00:00Z","deleted_at":null}`
+
+// Device 1 physically deletes a group while device 2 renames it, on the
+// original design's own table. The rename is stamped later (device 2
+// syncs after device 1), so the group comes back on every device whole,
+// with the new name; before, it came back holding only the name, every
+// device reported it unwritten (NOT NULL display_order), and device 2
+// kept its old row while the others had none.
+func TestDeleteAgainstRenameNeverPartial(t *testing.T) {
+	remote := NewMemoryRemote()
+	d1, d2, d3 := newGroupsDevice(t, "dev-1", remote), newGroupsDevice(t, "dev-2", remote), newGroupsDevice(t, "dev-3", remote)
+	d1.putGroup("g1", group1)
+	syncGroups(t, d1, d2, d3)
+
+	d1.exec(`DELETE FROM episode_groups WHERE id = 'g1'`)
+	d2.exec(`UPDATE episode_groups SET content = jsonb_set(content, '$.name', 'Season One') WHERE id = 'g1'`)
+	d1.sync()
+	d2.sync()
+	syncGroups(t, d1, d2, d3)
+	want := `{"display_order":1,"group_type":"folder","name":"Season One","updated_at":"2024-06-01T12:00:00Z"}`
+	for _, d := range []*device{d1, d2, d3} {
+		if got := d.group("g1"); got != want {
+			t.Fatalf("%s: g1 = %q, want the whole group back with the new name %s", d.name, got, want)
+		}
+	}
+}
+
+// The other way round: the rename syncs first, the delete is stamped after
+// it, and the group is gone everywhere.
+func TestRenameThenDelete(t *testing.T) {
+	remote := NewMemoryRemote()
+	d1, d2, d3 := newGroupsDevice(t, "dev-1", remote), newGroupsDevice(t, "dev-2", remote), newGroupsDevice(t, "dev-3", remote)
+	d1.putGroup("g1", group1)
+	syncGroups(t, d1, d2, d3)
+
+	d1.exec(`DELETE FROM episode_groups WHERE id = 'g1'`)
+	d2.exec(`UPDATE episode_groups SET content = jsonb_set(content, '$.name', 'Season One') WHERE id = 'g1'`)
+	d2.sync()
+	d1.sync()
+	syncGroups(t, d1, d2, d3)
+	for _, d := range []*device{d1, d2, d3} {
+		if got := d.group("g1"); got != "" {
+			t.Fatalf("%s: g1 = %s, want it deleted (the delete is newer)", d.name, got)
+		}
+	}
+}
+
+// A device deletes a group and creates one with the same id again: the
+// group is exactly the new row on every device, whether the delete was
+// synced in between or not; no field of the old group returns.
+func TestDeleteThenReinsert(t *testing.T) {
+	const group2 = `{"name":"Extras","display_order":7,"group_type":"list","updated_at":"2024-07-01T00:00:00Z","color":"red"}`
+	for _, syncBetween := range []bool{false, true} {
+		remote := NewMemoryRemote()
+		d1, d2 := newGroupsDevice(t, "dev-1", remote), newGroupsDevice(t, "dev-2", remote)
+		d1.putGroup("g1", group1)
+		syncGroups(t, d1, d2)
+		d1.exec(`DELETE FROM episode_groups WHERE id = 'g1'`)
+		if syncBetween {
+			syncGroups(t, d1, d2)
+		}
+		d1.putGroup("g1", group2)
+		syncGroups(t, d1, d2)
+		want := `{"color":"red","display_order":7,"group_type":"list","name":"Extras","updated_at":"2024-07-01T00:00:00Z"}`
+		for _, d := range []*device{d1, d2} {
+			if got := d.group("g1"); got != want {
+				t.Fatalf("sync between %v: %s: g1 = %s, want exactly the new row %s", syncBetween, d.name, got, want)
+			}
+		}
+	}
+}
+
+// A device that never had the group, and sees it only as deleted (a
+// snapshot or a file carrying the tombstone), creates a group of the same
+// id: exactly its row, no hidden field of the old group returns.
+func TestCreateOverTombstoneOfAnotherDevice(t *testing.T) {
+	remote := NewMemoryRemote()
+	d1 := newGroupsDevice(t, "dev-1", remote)
+	d1.putGroup("g1", group1)
+	d1.sync()
+	d1.exec(`DELETE FROM episode_groups WHERE id = 'g1'`)
+	d1.sync()
+	d2 := newGroupsDevice(t, "dev-2", remote)
+	d2.sync()
+	d2.putGroup("g1", `{"name":"New","display_order":2,"group_type":"folder","updated_at":"2025-01-01T00:00:00Z"}`)
+	syncGroups(t, d1, d2)
+	want := `{"display_order":2,"group_type":"folder","name":"New","updated_at":"2025-01-01T00:00:00Z"}`
+	if got := d1.group("g1"); got != want {
+		t.Fatalf("g1 = %s, want %s", got, want)
+	}
+}
