@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -168,5 +169,31 @@ func TestCreateOverTombstoneOfAnotherDevice(t *testing.T) {
 	want := `{"display_order":2,"group_type":"folder","name":"New","updated_at":"2025-01-01T00:00:00Z"}`
 	if got := d1.group("g1"); got != want {
 		t.Fatalf("g1 = %s, want %s", got, want)
+	}
+}
+
+// A database synced by schema 2 stored a delete as the root's stamp, and a
+// record written again after a delete with the delete as the root's floor.
+// Opening it rewrites both clocks in the current form, byte for byte what
+// a device that received the same files stores now.
+func TestSchema2DeleteClocksRewritten(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote())
+	d.exec(`INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted) VALUES
+	('notes', 'gone', '{}', '{"d":["dev-a"],"n":[5,0]}', 5, 'dev-a', 1),
+	('notes', 'back', '{"v":2}', '{"d":["dev-a","dev-b"],"n":[7,1,{},4,0]}', 7, 'dev-b', 0)`)
+	d.exec(`UPDATE sync_meta SET value = '2' WHERE key = 'schema_version'`)
+	d.open()
+	for id, want := range map[string]string{
+		"gone": `{} {"d":["dev-a"],"x":[5,0]} 1`,
+		"back": `{"v":2} {"d":["dev-a","dev-b"],"n":[7,1,{}],"x":[4,0]} 0`,
+	} {
+		var data, clock string
+		var deleted int
+		if err := d.db.QueryRow(`SELECT record_data, clock, is_deleted FROM sync_states WHERE record_id = ?`, id).Scan(&data, &clock, &deleted); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%s %s %d", data, clock, deleted); got != want {
+			t.Errorf("%s: %s, want %s", id, got, want)
+		}
 	}
 }
