@@ -20,7 +20,7 @@ import (
 
 	"github.com/drivesync/drivesync"
 	"github.com/drivesync/drivesync/internal/drivefake"
-	"github.com/drivesync/drivesync/internal/remotetest"
+	"github.com/drivesync/drivesync/remotetest"
 )
 
 // fastRetries keeps the tests' backoff short; the behaviour is the same.

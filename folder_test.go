@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync"
-	"github.com/drivesync/drivesync/internal/remotetest"
+	"github.com/drivesync/drivesync/remotetest"
 )
 
 // tempPrefix must match the prefix folder.go gives its temp files;
@@ -288,22 +288,25 @@ func TestFolderRemoteHidesFileWhileWriting(t *testing.T) {
 	assertNoTempFiles(t, dir)
 }
 
+// TestFolderRemoteDeleteRemovesEmptyFolders: deleting the last file of an
+// old day removes its folder, and the month's and year's once empty, but
+// never the root. (Recent folders: TestFolderRemoteKeepsRecentFolders.)
 func TestFolderRemoteDeleteRemovesEmptyFolders(t *testing.T) {
 	dir := t.TempDir()
 	r := newFolderRemote(t, dir)
 	ctx := context.Background()
-	for _, name := range []string{"2026/11/22/a", "2026/11/23/b"} {
+	for _, name := range []string{"2020/11/22/a", "2020/11/23/b"} {
 		if err := r.Create(ctx, name, strings.NewReader("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := r.Delete(ctx, "2026/11/22/a"); err != nil {
+	if err := r.Delete(ctx, "2020/11/22/a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "2026", "11", "22")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, "2020", "11", "22")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("emptied day folder after Delete: got %v, want it removed", err)
 	}
-	if err := r.Delete(ctx, "2026/11/23/b"); err != nil {
+	if err := r.Delete(ctx, "2020/11/23/b"); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := os.ReadDir(dir)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync"
-	"github.com/drivesync/drivesync/internal/remotetest"
+	"github.com/drivesync/drivesync/remotetest"
 )
 
 func TestMemoryRemote(t *testing.T) {
