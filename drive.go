@@ -11,17 +11,14 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
+	"maps"
 	"net/http"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"golang.org/x/oauth2"
 	"google.golang.org/api/drive/v3"
 	"google.golang.org/api/googleapi"
 
@@ -66,6 +63,16 @@ const folderMime = "application/vnd.google-apps.folder"
 // (403 insufficientFilePermissions, appNotAuthorizedToFile,
 // cannotDownloadFile, downloadQuotaExceeded) makes Open fail with
 // fs.ErrPermission: the engine skips that file and reads it again later.
+//
+// Neither the remote nor the process grows without bound. A List of
+// everything (a zero since, which the engine makes when a snapshot falls
+// due, about once a month, and when a device starts from one) removes the
+// day folders that are empty and more than a week past their day, and
+// the month and year folders that leaves empty (see emptyFolderMargin
+// and listAll). The folder and file ids DriveRemote remembers are then
+// those that listing showed, plus the last week's folders (see
+// learnFolders). A Create whose folder was removed meanwhile makes it
+// again.
 type DriveRemote struct {
 	svc    *drive.Service
 	space  string // "appDataFolder" or "drive"
@@ -79,10 +86,10 @@ type DriveRemote struct {
 	rootFound bool
 
 	mu      sync.Mutex
-	roots   map[string]bool   // ids of the root folder (several if duplicated)
-	folders map[string]string // folder id -> path below the root ("" for a root)
-	dirs    map[string]string // path -> a folder id to create files in
-	ids     map[string][]string
+	roots   map[string]bool     // ids of the root folder (several if duplicated)
+	folders map[string]string   // folder id -> path below the root ("" for a root)
+	dirs    map[string]string   // path -> a folder id to create files in
+	ids     map[string][]string // file name -> ids, from the listings since the last full one
 	// offset estimates Drive's time minus the local clock. Date headers
 	// have whole seconds: each one narrows the estimate, never resets it,
 	// so the clock keeps millisecond steps and does not jump back.
@@ -188,54 +195,108 @@ func (r *DriveRemote) addRoot(id string) {
 }
 
 // List returns the files created at or after since, in one paginated
-// listing of the space.
+// listing of the space. A zero since lists everything, folders included,
+// and tidies up (see listAll).
 func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
 	if err := r.findRoot(ctx); err != nil {
 		return nil, driveErr("list", "", err)
 	}
-	q := fmt.Sprintf("trashed = false and mimeType != '%s'", folderMime)
-	if !since.IsZero() {
-		// The store's marker is always listed: the engine reads it every
-		// sync, and Drive may hold two of them (see bind in snapshot.go),
-		// so its ids must be as fresh as the listing.
-		q += fmt.Sprintf(" and (createdTime >= '%s' or name = %s)", since.UTC().Format(time.RFC3339), quoteQ(markerName))
+	if since.IsZero() {
+		return r.listAll(ctx)
 	}
+	// The store's marker is always listed: the engine reads it every
+	// sync, and Drive may hold two of them (see bind in marker.go), so
+	// its ids must be as fresh as the listing.
+	q := fmt.Sprintf("trashed = false and mimeType != '%s' and (createdTime >= '%s' or name = %s)",
+		folderMime, since.UTC().Format(time.RFC3339), quoteQ(markerName))
 	files, err := r.query(ctx, q, "files(id, name, parents, size)")
 	if err != nil {
 		return nil, driveErr("list", "", err)
 	}
-	reloaded := false
+	out, ids, err := r.nameFiles(ctx, files, true)
+	if err != nil {
+		return nil, driveErr("list folders", "", err)
+	}
+	r.mu.Lock()
+	maps.Copy(r.ids, ids) // this listing's ids replace older ones
+	r.mu.Unlock()
+	return out, nil
+}
+
+// listAll lists every file and folder of the space in one paginated query,
+// which costs no more requests than listing the files alone. It then
+// rebuilds the folder caches from the listed folders (see learnFolders),
+// keeps the ids of exactly the listed files, and removes old empty
+// folders (see removeOldFolders).
+//
+// Tidying up here rather than in Delete costs the fewest requests: this
+// listing shows every folder and what is in it, so finding the empty ones
+// is free and each removal costs its one files.delete, where Delete would
+// have to ask Drive whether a folder was left empty. Ordinary syncs list
+// only what is new and pay nothing. The engine lists everything when a
+// snapshot falls due, before compacting, so the folders one compaction
+// empties are removed at the next month's; at most about a month of empty
+// folders, plus the last week's, is ever left.
+func (r *DriveRemote) listAll(ctx context.Context) ([]RemoteFile, error) {
+	all, err := r.query(ctx, "trashed = false", "files(id, name, mimeType, parents, size)")
+	if err != nil {
+		return nil, driveErr("list", "", err)
+	}
+	var folders, files []*drive.File
+	for _, f := range all {
+		if f.MimeType == folderMime {
+			folders = append(folders, f)
+		} else {
+			files = append(files, f)
+		}
+	}
+	now, haveClock := r.clock()
+	r.learnFolders(folders, now)
+	// Every folder is known now: a file whose parent is not lives
+	// outside the root, and learning the folders again would not help.
+	out, ids, err := r.nameFiles(ctx, files, false)
+	if err != nil {
+		return nil, driveErr("list", "", err)
+	}
+	r.mu.Lock()
+	r.ids = ids
+	r.mu.Unlock()
+	if haveClock { // the query's Date header gave it; without a clock, no folder is old
+		if err := r.removeOldFolders(ctx, all, folders, now); err != nil {
+			return nil, driveErr("list", "", err)
+		}
+	}
+	return out, nil
+}
+
+// nameFiles returns the listed files below the root, with their paths, and
+// the ids of each name: Drive allows two files of one name, and the engine
+// must see both. With reload, a parent it does not know (a day folder
+// another device made) makes it learn the folders, once.
+func (r *DriveRemote) nameFiles(ctx context.Context, files []*drive.File, reload bool) ([]RemoteFile, map[string][]string, error) {
 	var out []RemoteFile
-	seen := map[string]bool{}
+	ids := map[string][]string{}
 	for _, f := range files {
 		dir, ok := r.folderPath(f.Parents)
-		if !ok && !reloaded {
-			// A day folder another device created: learn the folders
-			// once per listing.
+		if !ok && reload {
 			if err := r.loadFolders(ctx); err != nil {
-				return nil, driveErr("list folders", "", err)
+				return nil, nil, err
 			}
-			reloaded = true
+			reload = false
 			dir, ok = r.folderPath(f.Parents)
 		}
 		if !ok {
 			continue // not under our root
 		}
 		name := path.Join(dir, f.Name)
-		r.mu.Lock()
-		if !seen[name] {
-			r.ids[name] = nil // this listing's ids replace older ones
-		}
-		if !slices.Contains(r.ids[name], f.Id) {
-			r.ids[name] = append(r.ids[name], f.Id)
-		}
-		r.mu.Unlock()
-		if !seen[name] {
-			seen[name] = true
+		if _, seen := ids[name]; !seen {
 			out = append(out, RemoteFile{Name: name, Size: f.Size})
 		}
+		if !slices.Contains(ids[name], f.Id) {
+			ids[name] = append(ids[name], f.Id)
+		}
 	}
-	return out, nil
+	return out, ids, nil
 }
 
 // Open downloads the named file (alt=media).
@@ -266,6 +327,14 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 
 // Create uploads content as one multipart request and checks the
 // checksum and size Drive reports against what was sent.
+//
+// The folder DriveRemote remembers for the file may be gone: another
+// device removed it as old and empty (see removeOldFolders), or someone
+// deleted or trashed it. Drive refuses a file whose parent was deleted
+// (404), and accepts one into a trashed folder, where it is trashed too
+// and no listing shows it; the response says so, and that file is
+// deleted. Either way Create forgets the folder, finds or makes it again,
+// and tries again, so that the file ends up where listings see it.
 func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader) error {
 	if err := checkRemoteName(name); err != nil {
 		return fmt.Errorf("drive remote: create: %w", err)
@@ -274,51 +343,144 @@ func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader
 		return driveErr("create", name, err)
 	}
 	dir, base := path.Split(name)
-	parent, err := r.ensureDir(ctx, strings.TrimSuffix(dir, "/"))
+	dir = strings.TrimSuffix(dir, "/")
+	body := &rereader{r: content}
+	for attempt := 1; ; attempt++ {
+		err := r.createIn(ctx, dir, base, body)
+		var gone *folderGone
+		if !errors.As(err, &gone) {
+			return driveErr("create", name, err)
+		}
+		if attempt == 3 || !body.canReread() {
+			return fmt.Errorf("drive remote: create %s: %v", name, gone)
+		}
+		r.log.Info("drive remote: the folder is gone; finding or making it again", "folder", dir, "err", gone)
+		r.forgetDir(dir)
+	}
+}
+
+// A folderGone is a Create's discovery that the folder it used was deleted
+// or trashed. It does not unwrap: the file is not missing, its folder is.
+type folderGone struct{ err error }
+
+func (e *folderGone) Error() string {
+	return "its folder was deleted or trashed on Drive: " + e.err.Error()
+}
+
+// createIn uploads one file into dir, unless a file of that name is there.
+func (r *DriveRemote) createIn(ctx context.Context, dir, base string, content *rereader) error {
+	parent, err := r.ensureDir(ctx, dir)
+	if isNotFound(err) { // a folder above dir is gone
+		return &folderGone{err}
+	}
 	if err != nil {
-		return driveErr("create", name, err)
+		return err
 	}
 	existing, err := r.query(ctx, fmt.Sprintf("name = %s and '%s' in parents and trashed = false", quoteQ(base), parent), "files(id)")
 	if err != nil {
-		return driveErr("create", name, err)
+		return err
 	}
 	if len(existing) > 0 {
-		return fmt.Errorf("drive remote: create %s: %w", name, fs.ErrExist)
+		return fs.ErrExist
 	}
-	seeker, canRetry := content.(io.Seeker)
 	var sum hash.Hash
 	var body *countingReader
 	var created *drive.File
-	attempt := 0
 	err = r.call(ctx, func() (err error) {
-		if attempt++; attempt > 1 {
-			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
-				return err
-			}
+		if err := content.rewind(); err != nil {
+			return err
+		}
+		chunk, err := uploadChunk(content.r)
+		if err != nil {
+			return &notRetried{err}
 		}
 		sum = md5.New()
-		body = &countingReader{r: io.TeeReader(content, sum)}
+		body = &countingReader{r: io.TeeReader(content.r, sum)}
 		created, err = r.svc.Files.Create(&drive.File{Name: base, Parents: []string{parent}}).
-			Media(body, googleapi.ContentType("application/octet-stream"), googleapi.ChunkSize(0)).
-			Fields("id, size, md5Checksum").Context(ctx).Do()
-		if err != nil && !canRetry {
+			Media(body, googleapi.ContentType("application/octet-stream"), googleapi.ChunkSize(chunk)).
+			Fields("id, size, md5Checksum, trashed").Context(ctx).Do()
+		if err != nil && !content.canReread() {
 			// Another try would send what is left of the content.
 			err = &notRetried{err}
 		}
 		return err
 	})
+	if isNotFound(err) {
+		return &folderGone{err}
+	}
 	if err != nil {
-		return driveErr("create", name, err)
+		return err
 	}
 	r.noteDate(created.Header)
+	if created.Trashed {
+		r.deleteID(context.WithoutCancel(ctx), created.Id)
+		return &folderGone{errors.New("Drive put the file in the trash with its folder")}
+	}
 	n := body.n
 	if want := hex.EncodeToString(sum.Sum(nil)); created.Md5Checksum != want || created.Size != n {
 		r.deleteID(context.WithoutCancel(ctx), created.Id)
-		return fmt.Errorf("drive remote: create %s: Drive stored %d bytes with md5 %s, sent %d bytes with md5 %s: %w", name, created.Size, created.Md5Checksum, n, want, ErrRemote)
+		return fmt.Errorf("Drive stored %d bytes with md5 %s, sent %d bytes with md5 %s: %w", created.Size, created.Md5Checksum, n, want, ErrRemote)
 	}
 	// The id is not remembered: a later Open must see every file of
 	// the name, as other devices do.
 	return nil
+}
+
+// uploadChunk returns the chunk size of an upload of content. The Drive
+// client reads a chunk into memory before it sends it, so a content that
+// fails to read fails before anything is sent; streamed unbuffered, a
+// failing content would end the request body cleanly, and Drive would
+// store the part sent as a whole file. A content that fits one chunk goes
+// in one request; a larger one in a resumable upload, which creates no
+// file unless every chunk arrives. The chunk is as small as the content
+// allows (the client rounds it up to 256 KiB), so that a small patch file
+// does not cost the client's default 16 MiB buffer.
+func uploadChunk(content io.Reader) (int, error) {
+	s, ok := content.(io.Seeker)
+	if !ok {
+		return googleapi.DefaultUploadChunkSize, nil
+	}
+	cur, err := s.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return googleapi.DefaultUploadChunkSize, nil
+	}
+	end, err := s.Seek(0, io.SeekEnd)
+	if _, err2 := s.Seek(cur, io.SeekStart); err2 != nil {
+		return 0, err2 // the content is no longer where the upload starts
+	}
+	if err != nil {
+		return googleapi.DefaultUploadChunkSize, nil
+	}
+	// One byte more than what is left, so that the first chunk reaches
+	// the end and the upload is a single request.
+	return int(min(end-cur+1, googleapi.DefaultUploadChunkSize)), nil
+}
+
+// A rereader is the content of a Create, read once per try: from the
+// start again if it can seek, else only once.
+type rereader struct {
+	r    io.Reader
+	read bool
+}
+
+// rewind readies the content for a try.
+func (c *rereader) rewind() error {
+	if !c.read {
+		c.read = true
+		return nil
+	}
+	s, ok := c.r.(io.Seeker)
+	if !ok {
+		return errors.New("the content cannot be read again")
+	}
+	_, err := s.Seek(0, io.SeekStart)
+	return err
+}
+
+// canReread reports whether another try can send the whole content.
+func (c *rereader) canReread() bool {
+	_, ok := c.r.(io.Seeker)
+	return ok || !c.read
 }
 
 // notRetried marks a failure that must not be retried although its kind
@@ -378,11 +540,8 @@ func (r *DriveRemote) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	r.mu.Lock()
-	have, offset := r.haveClock, r.offset
-	r.mu.Unlock()
-	if have {
-		return time.Now().Add(offset).UTC(), nil
+	if now, have := r.clock(); have {
+		return now, nil
 	}
 	about, err := r.about(ctx)
 	if err != nil {
@@ -443,6 +602,14 @@ func (r *DriveRemote) about(ctx context.Context) (*drive.About, error) {
 	return about, nil
 }
 
+// clock returns Drive's time as estimated from the Date headers so far, and
+// whether there was one; without one, it returns the local time.
+func (r *DriveRemote) clock() (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Now().Add(r.offset).UTC(), r.haveClock
+}
+
 // noteDate narrows the clock estimate: when a response says D, Drive's
 // time on arrival was within [D, D+1s).
 func (r *DriveRemote) noteDate(h http.Header) {
@@ -490,93 +657,6 @@ func (r *DriveRemote) query(ctx context.Context, q, fields string) ([]*drive.Fil
 	}
 }
 
-// loadFolders learns every folder of the space and its path below a root.
-func (r *DriveRemote) loadFolders(ctx context.Context) error {
-	all, err := r.query(ctx, fmt.Sprintf("mimeType = '%s' and trashed = false", folderMime), "files(id, name, parents)")
-	if err != nil {
-		return err
-	}
-	byID := map[string]*drive.File{}
-	for _, f := range all {
-		byID[f.Id] = f
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var resolve func(id string, depth int) (string, bool)
-	resolve = func(id string, depth int) (string, bool) {
-		if p, ok := r.folders[id]; ok {
-			return p, true
-		}
-		f := byID[id]
-		if f == nil || len(f.Parents) == 0 || depth > 8 {
-			return "", false
-		}
-		parent, ok := resolve(f.Parents[0], depth+1)
-		if !ok {
-			return "", false
-		}
-		p := path.Join(parent, f.Name)
-		r.folders[id] = p
-		if _, ok := r.dirs[p]; !ok {
-			r.dirs[p] = id
-		}
-		return p, true
-	}
-	for id := range byID {
-		resolve(id, 0)
-	}
-	return nil
-}
-
-func (r *DriveRemote) folderPath(parents []string) (string, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range parents {
-		if dir, ok := r.folders[p]; ok {
-			return dir, true
-		}
-	}
-	return "", false
-}
-
-// ensureDir returns a folder id for dir, creating the missing levels.
-func (r *DriveRemote) ensureDir(ctx context.Context, dir string) (string, error) {
-	r.mu.Lock()
-	id, ok := r.dirs[dir]
-	r.mu.Unlock()
-	if ok {
-		return id, nil
-	}
-	if err := r.loadFolders(ctx); err != nil {
-		return "", err
-	}
-	parent := ""
-	for _, part := range strings.Split(dir, "/") {
-		p := path.Join(parent, part)
-		r.mu.Lock()
-		_, exists := r.dirs[p]
-		parentID := r.dirs[parent]
-		r.mu.Unlock()
-		if !exists {
-			var f *drive.File
-			err := r.call(ctx, func() (err error) {
-				f, err = r.svc.Files.Create(&drive.File{Name: part, MimeType: folderMime, Parents: []string{parentID}}).Fields("id").Context(ctx).Do()
-				return err
-			})
-			if err != nil {
-				return "", err
-			}
-			r.mu.Lock()
-			r.folders[f.Id], r.dirs[p] = p, f.Id
-			r.mu.Unlock()
-		}
-		parent = p
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.dirs[dir], nil
-}
-
 // lookup returns the ids of a named file: from the latest listing, or by
 // asking Drive.
 func (r *DriveRemote) lookup(ctx context.Context, name string) ([]string, error) {
@@ -617,125 +697,6 @@ func (r *DriveRemote) lookup(ctx context.Context, name string) ([]string, error)
 		return nil, fs.ErrNotExist
 	}
 	return ids, nil
-}
-
-// call runs one Drive request under the pacer. When the tries run out, the
-// error is the last one Drive gave, so that its status and reason reach
-// the caller.
-func (r *DriveRemote) call(ctx context.Context, fn func() error) error {
-	tries, transient := 0, false
-	err := r.pacer.Call(ctx, func() error { tries++; return fn() }, func(err error) pacer.Retry {
-		retry := classifyDrive(err)
-		if transient = retry.Again; transient {
-			r.log.Info("drive remote: retrying", "err", err, "after", retry.After)
-		}
-		return retry
-	})
-	if err != nil && transient && ctx.Err() == nil {
-		err = fmt.Errorf("%w (gave up after %d tries)", err, tries)
-	}
-	return err
-}
-
-// classifyDrive decides which failures are worth another try: rate
-// limits, server errors and dropped connections. The Go client does not
-// retry drive/v3 calls itself.
-func classifyDrive(err error) pacer.Retry {
-	if errors.As(err, new(*notRetried)) {
-		return pacer.Retry{}
-	}
-	var ge *googleapi.Error
-	if errors.As(err, &ge) {
-		after := retryAfter(ge.Header)
-		switch {
-		case ge.Code == http.StatusTooManyRequests, ge.Code >= 500:
-			return pacer.Retry{Again: true, After: after}
-		case ge.Code == http.StatusForbidden && hasReason(ge, "userRateLimitExceeded", "rateLimitExceeded"):
-			return pacer.Retry{Again: true, After: after}
-		}
-		return pacer.Retry{}
-	}
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		return pacer.Retry{Again: re.Response != nil && re.Response.StatusCode >= 500}
-	}
-	var ne net.Error
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &ne) && ne.Timeout()) {
-		return pacer.Retry{Again: true}
-	}
-	return pacer.Retry{}
-}
-
-func retryAfter(h http.Header) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(v); err == nil {
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t)
-	}
-	return 0
-}
-
-func hasReason(ge *googleapi.Error, reasons ...string) bool {
-	for _, item := range ge.Errors {
-		for _, r := range reasons {
-			if item.Reason == r {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// fileRefusals are the reasons of a 403 that concern one file, not the
-// account or the app's access to the space.
-var fileRefusals = []string{"insufficientFilePermissions", "appNotAuthorizedToFile", "cannotDownloadFile", "downloadQuotaExceeded"}
-
-func isNotFound(err error) bool {
-	var ge *googleapi.Error
-	return errors.As(err, &ge) && ge.Code == http.StatusNotFound
-}
-
-func isQuota(ge *googleapi.Error) bool {
-	return hasReason(ge, "storageQuotaExceeded", "quotaExceeded", "teamDriveFileLimitExceeded")
-}
-
-// driveErr turns a Drive failure into the errors the engine and the app
-// understand. Messages never include tokens: googleapi errors carry none,
-// and oauth2 errors are reduced to their error code.
-func driveErr(op, name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	what := "drive remote: " + op
-	if name != "" {
-		what += " " + name
-	}
-	var ge *googleapi.Error
-	var re *oauth2.RetrieveError
-	var ne *net.OpError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &ne) && ne.Op == "dial" || errors.As(err, &dns):
-		// Offline, most likely: say so before the transport's details.
-		return fmt.Errorf("%s: cannot reach Google Drive; check the network connection: %w", what, err)
-	case errors.Is(err, fs.ErrNotExist) || isNotFound(err):
-		return fmt.Errorf("%s: %w", what, fs.ErrNotExist)
-	case errors.As(err, &re):
-		return fmt.Errorf("%s: Google refused the sign-in (%s): %w", what, re.ErrorCode, ErrAuth)
-	case errors.As(err, &ge) && ge.Code == http.StatusUnauthorized:
-		return fmt.Errorf("%s: Google Drive refused the credentials (401): %w", what, ErrAuth)
-	case errors.As(err, &ge) && ge.Code == http.StatusForbidden && isQuota(ge):
-		return fmt.Errorf("%s: %w", what, ErrQuota)
-	case errors.As(err, &ge) && ge.Code == http.StatusForbidden && hasReason(ge, "insufficientPermissions", "insufficientFilePermissions", "appNotAuthorizedToFile", "forbidden"):
-		return fmt.Errorf("%s: the app may not use this Drive folder (%s): %w", what, ge.Errors[0].Reason, ErrAuth)
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 // quoteQ quotes a string for a Drive query.

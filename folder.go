@@ -8,7 +8,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -23,6 +25,71 @@ const folderTempPrefix = ".drivesync-tmp-"
 // may belong to a Create still running in another process.
 const folderTempMaxAge = 24 * time.Hour
 
+// emptyFolderMargin is how long after its day ends an empty day folder
+// is kept; the same goes for a month's and a year's folder after their
+// month and year. FolderRemote and DriveRemote remove only empty folders of
+// the YYYY/MM/DD layout older than that, so that the folders a remote
+// holds stay bounded by its files: the retention's worth, plus a week,
+// plus what was emptied since the last removal.
+//
+// The margin is what keeps a removal from meeting a device that is
+// creating a file in the same folder at that moment. The engine names a
+// new file with the remote's time, read moments before the upload (an
+// upload recovered from the outbox keeps its old name only for a quarter
+// of ListOverlap), so the file goes into today's folder. On Drive every
+// device reads Drive's clock; on a shared folder each device reads its
+// own, which may be hours or, misconfigured, days off. A week covers
+// such a clock and an upload stalled for days (a laptop put to sleep in
+// the middle of one); a folder younger than that is never removed,
+// however empty. Should a Create still meet a folder just removed, it
+// makes the folder again (both remotes do). Compaction empties a day
+// only once the retention (by default two months) has passed, so the
+// margin matters only with a short Config.Retention.
+const emptyFolderMargin = 7 * 24 * time.Hour
+
+// folderLayouts are the layouts of the folders the engine's file names
+// make, by depth: the year, the month, the day.
+var folderLayouts = [...]string{"2006", "2006/01", "2006/01/02"}
+
+// folderPeriodEnd returns when the period a folder of the YYYY/MM/DD
+// layout stands for ends: the next day for "2026/11/22", the first of
+// December for "2026/11", New Year 2027 for "2026". ok is false for every
+// other path, such as "notes" or "2026/11/22/x": those are never removed.
+func folderPeriodEnd(dir string) (end time.Time, ok bool) {
+	depth := strings.Count(dir, "/")
+	if depth >= len(folderLayouts) {
+		return time.Time{}, false
+	}
+	layout := folderLayouts[depth]
+	start, err := time.Parse(layout, dir)
+	if err != nil || start.Format(layout) != dir {
+		return time.Time{}, false
+	}
+	switch depth {
+	case 0:
+		return start.AddDate(1, 0, 0), true
+	case 1:
+		return start.AddDate(0, 1, 0), true
+	}
+	return start.AddDate(0, 0, 1), true
+}
+
+// removableFolder reports whether dir, a slash-separated path below the
+// root, is a folder of the YYYY/MM/DD layout that may be removed once
+// empty: its period ended at least emptyFolderMargin before now, by the
+// remote's clock.
+func removableFolder(dir string, now time.Time) bool {
+	end, ok := folderPeriodEnd(dir)
+	return ok && !now.Before(end.Add(emptyFolderMargin))
+}
+
+// recentFolder reports whether dir is a folder of the YYYY/MM/DD layout
+// too young to be removed: a device may be creating files in it.
+func recentFolder(dir string, now time.Time) bool {
+	end, ok := folderPeriodEnd(dir)
+	return ok && now.Before(end.Add(emptyFolderMargin))
+}
+
 // A FolderRemote is a Remote over a local directory that something else
 // shares between machines: Dropbox, iCloud Drive, Syncthing, a network share
 // or a USB stick. Several processes on one machine may use the same directory
@@ -33,6 +100,14 @@ const folderTempMaxAge = 24 * time.Hour
 // final name without overwriting, so neither another process nor a sync tool
 // ever sees a half-written file, and two devices creating the same name
 // cannot clobber each other.
+//
+// Day folders do not pile up: Delete and List remove the folders of the
+// YYYY/MM/DD layout that are empty and whose day (or month, or year)
+// ended more than a week ago by the local clock (see emptyFolderMargin),
+// with os.Remove, which fails on a folder that is not empty; List only
+// those untouched for a day. Nothing else is removed: not the root, not a
+// folder that holds anything, even a dot file, and not a folder outside
+// the layout, which other apps may own.
 type FolderRemote struct {
 	dir string // absolute path of the root
 }
@@ -106,6 +181,11 @@ func (r *FolderRemote) path(name string) string {
 // files or belong to the OS and sync tools (.DS_Store, .stfolder, .dropbox).
 // Temp files of ours older than a day are left over from a crashed Create, and
 // List removes them.
+//
+// Since every List walks the whole tree, it also sees which old day folders
+// are empty, at no cost, and removes them (see removeEmptyFolders and
+// folderTouched): those a Delete could not remove yet because they were too
+// young, and those other machines emptied.
 func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("folder remote: list: %w", err)
@@ -113,8 +193,13 @@ func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile,
 	if err := r.checkRoot(); err != nil {
 		return nil, err
 	}
-	staleBefore := time.Now().Add(-folderTempMaxAge)
+	now := time.Now()
+	staleBefore := now.Add(-folderTempMaxAge)
 	var files []RemoteFile
+	// The walk visits a folder before what is in it, so it knows which
+	// folders are old enough to remove before counting their entries.
+	var old []string            // removable folders, parents first
+	entries := map[string]int{} // removable folder -> entries found in it
 	// os.DirFS follows the root if it is a symlink (a moved Dropbox folder
 	// often is) and yields slash-separated names, which is what we return.
 	err := fs.WalkDir(os.DirFS(r.dir), ".", func(name string, d fs.DirEntry, err error) error {
@@ -133,16 +218,29 @@ func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile,
 		if name == "." {
 			return nil
 		}
+		parent := path.Dir(name)
+		if _, ok := entries[parent]; ok {
+			entries[parent]++ // anything at all keeps the folder
+		}
 		if strings.HasPrefix(d.Name(), ".") {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
 			if strings.HasPrefix(d.Name(), folderTempPrefix) {
 				if info, err := d.Info(); err == nil && info.ModTime().Before(staleBefore) {
-					os.Remove(r.path(name)) // best effort; the next List tries again
+					// Best effort; the next List tries again.
+					if os.Remove(r.path(name)) == nil {
+						if _, ok := entries[parent]; ok {
+							entries[parent]--
+						}
+					}
 				}
 			}
 			return nil
+		}
+		if d.IsDir() && removableFolder(name, now) && !folderTouched(d, now) {
+			old = append(old, name)
+			entries[name] = 0
 		}
 		if !d.Type().IsRegular() {
 			return nil
@@ -160,7 +258,36 @@ func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile,
 	if err != nil {
 		return nil, fmt.Errorf("folder remote: list: %w", err)
 	}
+	r.removeEmptyFolders(old, entries)
 	return files, nil
+}
+
+// folderTouched reports whether the folder d was made or changed within
+// folderTempMaxAge of now, by its modification time: a Create may have
+// just made it, or a sync tool be filling it. List leaves such a folder
+// for a later List, so that a Create never has to make its folder again
+// more than once, however often other processes list. Delete has no such
+// check: it removes only the folders its own file leaves empty, once.
+func folderTouched(d fs.DirEntry, now time.Time) bool {
+	info, err := d.Info()
+	return err != nil || now.Sub(info.ModTime()).Abs() < folderTempMaxAge
+}
+
+// removeEmptyFolders removes the folders of old, which the walk found
+// removable and listed parents first, that held nothing: children before
+// parents, so that a month whose days all went goes too. os.Remove fails
+// on a folder that something was put in since the walk, and it is kept.
+func (r *FolderRemote) removeEmptyFolders(old []string, entries map[string]int) {
+	for _, dir := range slices.Backward(old) {
+		if entries[dir] > 0 || os.Remove(r.path(dir)) != nil {
+			continue
+		}
+		if parent := path.Dir(dir); parent != "." {
+			if _, ok := entries[parent]; ok {
+				entries[parent]--
+			}
+		}
+	}
 }
 
 // Open opens the named file for reading. The caller must close it.
@@ -248,15 +375,20 @@ func (r *FolderRemote) create(ctx context.Context, name string, content io.Reade
 }
 
 // createTemp creates a new temp file in dir, creating the folders below
-// the root as needed but never the root itself. It retries because a
-// concurrent Delete in another process may remove dir, once empty, between
-// our making it and our creating the file.
+// the root as needed but never the root itself. Another process may remove
+// dir or a folder above it, found empty and old, between our making it and
+// our creating the file (see emptyFolderMargin), so a folder that is
+// missing is made again. Once the temp file is in dir, no removal can
+// take dir away before the file is published beside it.
 func (r *FolderRemote) createTemp(dir string) (*os.File, error) {
 	for attempt := 0; ; attempt++ {
-		if err := r.mkdirBelowRoot(dir); err != nil {
-			return nil, err
+		err := r.mkdirBelowRoot(dir)
+		var f *os.File
+		if err == nil {
+			f, err = os.OpenFile(filepath.Join(dir, folderTempPrefix+rand.Text()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		}
-		f, err := os.OpenFile(filepath.Join(dir, folderTempPrefix+rand.Text()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		// A missing root is errFolderMissing, not fs.ErrNotExist: it is
+		// not made, so it is not tried again.
 		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
 			continue
 		}
@@ -326,9 +458,9 @@ func copyWithContext(ctx context.Context, dst io.Writer, src io.Reader) error {
 	}
 }
 
-// Delete removes the named file, then the folders that removing it left
-// empty, up to but not including the root, so old day folders do not pile up
-// on the shared drive.
+// Delete removes the named file, then the folders of the YYYY/MM/DD layout
+// that removing it left empty, if they are old enough (see
+// emptyFolderMargin); a younger one is removed by a List once it is old.
 func (r *FolderRemote) Delete(ctx context.Context, name string) error {
 	if err := checkRemoteName(name); err != nil {
 		return fmt.Errorf("folder remote: delete: %w", err)
@@ -344,9 +476,11 @@ func (r *FolderRemote) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("folder remote: delete %s: %w", name, err)
 	}
 	// Removing a folder fails unless it is empty, so this never removes
-	// another file, and stops at the first folder still in use.
-	for d := filepath.Dir(p); len(d) > len(r.dir); d = filepath.Dir(d) {
-		if os.Remove(d) != nil {
+	// another file, and stops at the first folder still in use. The root
+	// is "." here, never removable.
+	now := time.Now()
+	for dir := path.Dir(name); removableFolder(dir, now); dir = path.Dir(dir) {
+		if os.Remove(r.path(dir)) != nil {
 			break
 		}
 	}

@@ -261,6 +261,49 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+// TestCreateInDeletedOrTrashedFolder: as on Drive, a file cannot be
+// created in a folder that was deleted, while one created in a trashed
+// folder is accepted and trashed with it, so that no listing of untrashed
+// files shows it.
+func TestCreateInDeletedOrTrashedFolder(t *testing.T) {
+	srv, svc, ctx := setup(t)
+	deleted := mkdir(t, ctx, svc, "deleted", "root")
+	trashed := mkdir(t, ctx, svc, "trashed", "root")
+	if err := svc.Files.Delete(deleted.Id).Context(ctx).Do(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Files.Update(trashed.Id, &drive.File{Trashed: true}).Context(ctx).Do(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := svc.Files.Create(&drive.File{Name: "lost", Parents: []string{deleted.Id}}).
+		Media(strings.NewReader("x")).Context(ctx).Do()
+	gerr := apiError(t, err, 404, "notFound")
+	if want := "File not found: " + deleted.Id + "."; gerr.Message != want {
+		t.Errorf("message = %q, want %q", gerr.Message, want)
+	}
+	_, err = svc.Files.Create(&drive.File{Name: "sub", MimeType: drivefake.FolderMimeType, Parents: []string{deleted.Id}}).Context(ctx).Do()
+	apiError(t, err, 404, "notFound")
+	if n := len(srv.Files()); n != 1 {
+		t.Errorf("%d files stored, want only the trashed folder", n)
+	}
+	if got := list(t, ctx, svc, "", fmt.Sprintf("'%s' in parents", deleted.Id)); len(got) != 0 {
+		t.Errorf("listing the deleted folder's children gave %q, want nothing (and no error)", names(got))
+	}
+
+	f, err := svc.Files.Create(&drive.File{Name: "hidden", Parents: []string{trashed.Id}}).
+		Media(strings.NewReader("x")).Fields("id, trashed").Context(ctx).Do()
+	if err != nil {
+		t.Fatalf("creating in a trashed folder: %v, want it accepted", err)
+	}
+	if !f.Trashed {
+		t.Error("the file created in a trashed folder is not reported trashed")
+	}
+	if got := list(t, ctx, svc, "", "trashed = false"); len(got) != 0 {
+		t.Errorf("trashed = false listed %q, want nothing", names(got))
+	}
+}
+
 func TestDuplicateNamesAreAllowed(t *testing.T) {
 	_, svc, ctx := setup(t)
 	a := upload(t, ctx, svc, "same.txt", "root", "one")

@@ -251,7 +251,10 @@ func (s *Server) createLocked(m *metadata, media []byte, mediaType string) (*fil
 	return f, nil
 }
 
-// spaceOf returns the space of the folder id, which must exist.
+// spaceOf returns the space of the folder id, which must exist. As on
+// Drive, a parent that was deleted is not found (404 notFound), so nothing
+// can be created or moved into it, while a trashed folder is a parent like
+// any other: what is created in it is trashed with it.
 func (s *Server) spaceOf(folderID string) (string, *apiError) {
 	switch folderID {
 	case RootID:
