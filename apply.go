@@ -13,16 +13,36 @@ import (
 	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
-// The sync's one write transaction: merge the own and received changes
-// into sync_states, write the app's rows, settle the pending marks and the
-// applied-files bookkeeping.
+// The commit phase, the sync's one write transaction: merge the own and
+// received changes into sync_states, write the app's rows, settle the
+// pending marks and the ledger of files.
+
+// applier is the commit phase at work: what the earlier phases found, and
+// what it learns of the app's rows as it writes them.
+type applier struct {
+	*syncRun
+	l *listing
+	f *fetched
+	p *plan
+
+	dirty   bool // another connection committed since the pending rows were read
+	pending map[recordKey]pendingEdit
+	rows    map[recordKey]error // the last write of each app row: nil, or why the table refused it
+}
+
+type recordKey struct{ table, record string }
+
+// pendingEdit is a record the app wrote while the sync ran. base is the
+// content the app's row had before those writes (nil: no row).
+type pendingEdit struct{ base *jsonv.Value }
 
 // commit applies everything in one write transaction.
-func (s *syncRun) commit(ctx context.Context) error {
+func (s *syncRun) commit(ctx context.Context, l *listing, f *fetched, p *plan) error {
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "apply", Err: err}
 	}
-	err := s.apply(ctx)
+	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}}
+	err := a.apply(ctx)
 	if err == nil {
 		err = s.hook("applied")
 	}
@@ -41,7 +61,7 @@ func (s *syncRun) commit(ctx context.Context) error {
 	return s.hook("committed")
 }
 
-func (s *syncRun) apply(ctx context.Context) error {
+func (s *applier) apply(ctx context.Context) error {
 	e := s.e
 	var dv int64
 	if err := s.conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&dv); err != nil {
@@ -49,22 +69,22 @@ func (s *syncRun) apply(ctx context.Context) error {
 	}
 	// If no other connection committed since the pending rows were read,
 	// the app wrote nothing during this sync and no row needs checking.
-	s.dirty = dv != s.dataVersion
+	s.dirty = dv != s.p.dataVersion
 	for _, r := range s.report.Skipped {
 		s.pending[recordKey{r.Table, r.Record}] = pendingEdit{} // never overwrite them
 	}
 	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
 		return err
 	}
-	total := 1 + len(s.download)
+	total := 1 + len(s.f.files)
 	e.progress("apply", 0, total)
-	if err := s.plan.each(func(c fileChange) error { return s.applyOwn(ctx, c) }); err != nil {
+	if err := s.p.changes.each(func(c fileChange) error { return s.applyOwn(ctx, c) }); err != nil {
 		return err
 	}
 	if err := s.clearPending(ctx); err != nil {
 		return err
 	}
-	for i, d := range s.download {
+	for i, d := range s.f.files {
 		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c) })
 		if err != nil {
 			return err
@@ -92,7 +112,7 @@ func (s *syncRun) apply(ctx context.Context) error {
 
 // applyOwn merges one of this device's planned changes and settles the
 // app's row and pending mark.
-func (s *syncRun) applyOwn(ctx context.Context, c fileChange) error {
+func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 	t := s.e.tables[c.table]
 	st := &recordState{node: &node{}}
 	if c.flags&planNoState == 0 {
@@ -142,7 +162,7 @@ func (s *syncRun) applyOwn(ctx context.Context, c fileChange) error {
 // clearPending removes, when nothing else wrote during the sync, every
 // pending mark the plan covered, in one statement: the pending table then
 // holds exactly the records planned or skipped.
-func (s *syncRun) clearPending(ctx context.Context) error {
+func (s *applier) clearPending(ctx context.Context) error {
 	if s.dirty {
 		return nil // cleared one by one in applyOwn
 	}
@@ -160,7 +180,7 @@ func (s *syncRun) clearPending(ctx context.Context) error {
 }
 
 // applyReceived merges one change (or state record) from another file.
-func (s *syncRun) applyReceived(ctx context.Context, c fileChange) error {
+func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 	st, before, err := s.mergeIntoState(ctx, c, c.device)
 	if err != nil || !st.changed {
 		return err
@@ -212,7 +232,7 @@ func (s *syncRun) applyReceived(ctx context.Context, c fileChange) error {
 // final row: the merged synced state with the app's own edits (the diff
 // from the row it started from to the row it wrote) laid on top. The
 // record stays pending, so the next sync sends exactly those edits.
-func (s *syncRun) rebasePending(ctx context.Context) error {
+func (s *applier) rebasePending(ctx context.Context) error {
 	keys := make([]recordKey, 0, len(s.pending))
 	for k := range s.pending {
 		keys = append(keys, k)
@@ -284,9 +304,9 @@ func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
 // recordFiles remembers the files applied, uploaded and rejected, empties
 // the outbox, moves the cursor, and forgets files that have left both the
 // remote and the listing window.
-func (s *syncRun) recordFiles(ctx context.Context) error {
+func (s *applier) recordFiles(ctx context.Context) error {
 	if s.report.Uploaded != "" {
-		fi, err := s.upload.Stat()
+		fi, err := s.p.upload.Stat()
 		if err != nil {
 			return err
 		}
@@ -301,13 +321,13 @@ func (s *syncRun) recordFiles(ctx context.Context) error {
 		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size, detail, checked_at, reader, attempts) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, 1)
 ON CONFLICT (name) DO UPDATE SET size = excluded.size, detail = excluded.detail, checked_at = excluded.checked_at, reader = excluded.reader,
 	attempts = CASE WHEN status = 'rejected' THEN attempts + 1 ELSE 1 END, status = 'rejected'`,
-			r.Name, s.rejectedSizes[r.Name], r.Err.Error(), s.cursor.Unix(), s.readerKeys[r.Name]); err != nil {
+			r.Name, s.f.rejected[r.Name].size, r.Err.Error(), s.l.cursor.Unix(), s.f.rejected[r.Name].reader); err != nil {
 			return err
 		}
 	}
 	// Held by a snapshot applied: its files as applied, the snapshots it
 	// knows as checked. A snapshot this device loaded stays applied.
-	for name := range s.covers {
+	for name := range s.f.covers {
 		status := fileApplied
 		if k, _, _, _ := parseFileName(name); k == kindSnapshot {
 			status = fileChecked
@@ -318,19 +338,19 @@ ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'app
 		}
 	}
 	var newest string // the newest snapshot read in this sync
-	for _, f := range s.checked {
+	for _, f := range s.f.checked {
 		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size) VALUES (?1, 'checked', ?2)
 ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'applied' ELSE 'checked' END, size = excluded.size`, f.Name, f.Size); err != nil {
 			return err
 		}
 		newest = max(newest, f.Name)
 	}
-	for _, d := range s.download {
+	for _, d := range s.f.files {
 		if d.kind == kindSnapshot {
 			newest = max(newest, d.name)
 		}
 	}
-	for _, name := range s.forget {
+	for _, name := range s.f.forget {
 		if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1 AND status = 'rejected'`, name); err != nil {
 			return err
 		}
@@ -351,24 +371,24 @@ ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'app
 	// deletes only those: a file is remembered until a full listing
 	// shows it gone (here, or when a snapshot is written), and a rejected
 	// one until it is read again and found gone.
-	if s.since.IsZero() {
-		for name := range s.known {
-			if !s.listed[name] {
+	if s.l.since.IsZero() {
+		for name := range s.f.ledger {
+			if !s.f.listed[name] {
 				if err := s.exec(ctx, `DELETE FROM sync_files WHERE name = ?1`, name); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.maxSeen, 10)); err != nil {
+	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.p.maxSeen, 10)); err != nil {
 		return err
 	}
-	return setMeta(ctx, s.conn, metaCursor, s.cursor.UTC().Format(time.RFC3339Nano))
+	return setMeta(ctx, s.conn, metaCursor, s.l.cursor.UTC().Format(time.RFC3339Nano))
 }
 
 // rowMatches reports whether the app's row holds exactly the content of
 // state n (both absent counts as a match).
-func (s *syncRun) rowMatches(ctx context.Context, t *tableInfo, id string, n *node) (bool, error) {
+func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *node) (bool, error) {
 	var text string
 	err := s.queryRow(ctx, t.readSQL, []any{id}, &text)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -383,14 +403,14 @@ func (s *syncRun) rowMatches(ctx context.Context, t *tableInfo, id string, n *no
 
 // writeRow makes the app's row show state n, with is_syncing set so the
 // triggers stay quiet.
-func (s *syncRun) writeRow(ctx context.Context, t *tableInfo, id string, n *node) error {
+func (s *applier) writeRow(ctx context.Context, t *tableInfo, id string, n *node) error {
 	if !n.exists() {
 		return s.rowResult(t, id, s.exec(ctx, t.deleteSQL, id))
 	}
 	return s.writeContent(ctx, t, id, n.value())
 }
 
-func (s *syncRun) writeContent(ctx context.Context, t *tableInfo, id string, v jsonv.Value) error {
+func (s *applier) writeContent(ctx context.Context, t *tableInfo, id string, v jsonv.Value) error {
 	return s.rowResult(t, id, s.exec(ctx, t.upsertSQL, id, string(jsonv.Encode(v))))
 }
 
@@ -399,10 +419,7 @@ func (s *syncRun) writeContent(ctx context.Context, t *tableInfo, id string, v j
 // on a projection column, a foreign key): SQLite then undoes only that
 // statement, the record stays in sync_states, and retryUnwritten tries
 // the row again at the end of this sync and of later ones.
-func (s *syncRun) rowResult(t *tableInfo, id string, err error) error {
-	if s.rows == nil {
-		s.rows = map[recordKey]error{}
-	}
+func (s *applier) rowResult(t *tableInfo, id string, err error) error {
 	key := recordKey{t.name, id}
 	if err == nil {
 		s.rows[key] = nil
@@ -437,7 +454,7 @@ func (s *syncRun) hasUnwritten(ctx context.Context) (bool, error) {
 // can free the next. A record the app has pending is left to its own
 // sync, which must not overwrite the app's edits. What is still refused
 // is remembered for the next sync and reported in Report.Unwritten.
-func (s *syncRun) retryUnwritten(ctx context.Context) error {
+func (s *applier) retryUnwritten(ctx context.Context) error {
 	retry := map[recordKey]bool{}
 	bases := map[recordKey]sql.NullString{}
 	rows, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id, base FROM sync_unwritten`)
@@ -635,73 +652,4 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHI
 		return nil, err
 	}
 	return &recordState{node: n, changed: true}, nil
-}
-
-func applyChange(n *node, c fileChange, device string) error {
-	if c.clock != nil { // a state file's record: merge its state
-		content, err := jsonv.ParseObject(c.patch, jsonv.Options{})
-		if err != nil {
-			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-		}
-		o, err := decodeState(content, c.clock, c.deleted)
-		if err != nil {
-			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-		}
-		n.merge(o)
-		return nil
-	}
-	at := stamp{version: c.version, device: device}
-	if c.deleted {
-		n.applyDelete(at)
-		return nil
-	}
-	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
-	if err != nil {
-		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-	}
-	n.applyPatch(p, at)
-	return nil
-}
-
-// encodeState returns what sync_states stores for a record: its content,
-// shown or hidden under a tombstone, and its clock.
-func encodeState(n *node) (data, clock string) {
-	data = "{}"
-	if n.hasContent() {
-		data = string(jsonv.Encode(n.value()))
-	}
-	return data, string(encodeClock(n))
-}
-
-// stmt returns a statement prepared once per sync on the sync's conn.
-func (s *syncRun) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st := s.stmts[query]; st != nil {
-		return st, nil
-	}
-	st, err := s.conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	if s.stmts == nil {
-		s.stmts = map[string]*sql.Stmt{}
-	}
-	s.stmts[query] = st
-	return st, nil
-}
-
-func (s *syncRun) exec(ctx context.Context, query string, args ...any) error {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return err
-	}
-	_, err = st.ExecContext(ctx, args...)
-	return err
-}
-
-func (s *syncRun) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return err
-	}
-	return st.QueryRowContext(ctx, args...).Scan(dest...)
 }

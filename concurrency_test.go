@@ -165,7 +165,7 @@ func TestConcurrentWritersDuringSync(t *testing.T) {
 	// syncs in which a write landed between planning and applying.
 	var aWrites, overlapped atomic.Int64
 	var planned int64 // used by a's syncing goroutine only
-	a.eng.testHook = func(p string) error {
+	hooks(a.eng).step = func(p string) error {
 		switch p {
 		case "planned":
 			planned = aWrites.Load()
@@ -241,7 +241,7 @@ func TestConcurrentWritersDuringSync(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	a.eng.testHook = nil
+	hooks(a.eng).step = nil
 	t.Logf("dev-a synced %d times during the writes, %d with writes between planning and applying", aSyncs.Load(), overlapped.Load())
 	if overlapped.Load() == 0 {
 		t.Fatal("no write landed while a sync was under way")
@@ -340,7 +340,7 @@ func TestCancelDuringSync(t *testing.T) {
 			// Cancel between two steps, or inside the transaction just
 			// before COMMIT.
 			point := points[rng.IntN(len(points))]
-			a.eng.testHook = func(p string) error {
+			hooks(a.eng).step = func(p string) error {
 				if p == point {
 					cancel()
 				}
@@ -353,7 +353,7 @@ func TestCancelDuringSync(t *testing.T) {
 		_, err := a.eng.Sync(ctx)
 		ended := ctx.Err() != nil
 		cancel()
-		a.eng.testHook = nil
+		hooks(a.eng).step = nil
 		switch {
 		case err == nil:
 			ok++

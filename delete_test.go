@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// episodeGroupsSchema is the example table of the original design: NOT
-// NULL projection columns that every record must fill.
+// episodeGroupsSchema is a table of grouped episodes with NOT NULL
+// projection columns that every record must fill.
 const episodeGroupsSchema = `CREATE TABLE IF NOT EXISTS episode_groups (
 	id TEXT PRIMARY KEY,
 	parent_group_id TEXT,
@@ -82,8 +82,8 @@ func syncGroups(t *testing.T, devs ...*device) {
 
 const group1 = `{"parent_group_id":null,"name":"Season 1","display_order":1,"group_type":"folder","updated_at":"2024-06-01T12:00:00Z","deleted_at":null}`
 
-// Device 1 physically deletes a group while device 2 renames it, on the
-// original design's own table. The rename is stamped later (device 2
+// Device 1 physically deletes a group while device 2 renames it, on a
+// table with NOT NULL projections. The rename is stamped later (device 2
 // syncs after device 1), so the group comes back on every device whole,
 // with the new name; before, it came back holding only the name, every
 // device reported it unwritten (NOT NULL display_order), and device 2

@@ -141,12 +141,6 @@ type Engine struct {
 	idMu   sync.Mutex
 	sem    chan struct{}
 	closed atomic.Bool
-
-	// testHook, when set by a test, runs at each step boundary of a sync
-	// ("fetched", "planned", "uploaded", "applied" inside the transaction
-	// before COMMIT, "committed" after it); an error it returns fails the
-	// sync there, as a failure of that step would.
-	testHook func(point string) error
 }
 
 // Open prepares db for syncing and returns its Engine. It creates the

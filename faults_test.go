@@ -33,7 +33,7 @@ func TestWritesDuringSync(t *testing.T) {
 			// edits n1 again (already pending) and n2 (not pending), and
 			// creates n3.
 			a.put("n1", `{"title":"t","body":"a1"}`)
-			a.eng.testHook = func(p string) error {
+			hooks(a.eng).step = func(p string) error {
 				if p == point {
 					a.put("n1", `{"title":"t","body":"a2"}`)
 					a.put("n2", `{"title":"t","body":"a-during"}`)
@@ -42,7 +42,7 @@ func TestWritesDuringSync(t *testing.T) {
 				return nil
 			}
 			a.sync()
-			a.eng.testHook = nil
+			hooks(a.eng).step = nil
 			// Nothing lost: b's titles are in, a's during-sync edits are on top.
 			if got, want := a.get("n1"), `{"body":"a2","title":"from b"}`; got != want {
 				t.Errorf("n1 = %s, want %s", got, want)
@@ -75,14 +75,14 @@ func TestDeleteDuringSync(t *testing.T) {
 	syncAll(t, a, b)
 	b.put("n", `{"v":2}`)
 	b.sync()
-	a.eng.testHook = func(p string) error {
+	hooks(a.eng).step = func(p string) error {
 		if p == "planned" {
 			a.exec(`DELETE FROM notes WHERE id = 'n'`)
 		}
 		return nil
 	}
 	a.sync()
-	a.eng.testHook = nil
+	hooks(a.eng).step = nil
 	if got := a.get("n"); got != "" {
 		t.Fatalf("a's row came back during the sync: %s", got)
 	}
@@ -197,7 +197,7 @@ func TestFailedCommitKeepsUpload(t *testing.T) {
 			syncAll(t, a, b)
 			a.put("n", `{"v":1,"tag":"x"}`)
 			before := a.dump()
-			a.eng.testHook = func(p string) error {
+			hooks(a.eng).step = func(p string) error {
 				if p == point {
 					b.sync() // b applies a's file before a's commit fails
 					return errInjected
@@ -205,7 +205,7 @@ func TestFailedCommitKeepsUpload(t *testing.T) {
 				return nil
 			}
 			_, err := a.eng.Sync(context.Background())
-			a.eng.testHook = nil
+			hooks(a.eng).step = nil
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("got %v, want the injected failure", err)
 			}

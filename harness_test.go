@@ -546,7 +546,7 @@ func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error
 // the app write at a sync step, and counts what it did. Errors are
 // expected while faults are on.
 func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write func()) (Report, error) {
-	d.eng.testHook = func(p string) error {
+	hooks(d.eng).step = func(p string) error {
 		if p == writeAt {
 			count("write during sync at " + p)
 			write()
@@ -558,7 +558,7 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		return nil
 	}
 	d.remote.crashAt = crashAt
-	defer func() { d.eng.testHook, d.remote.crashAt = nil, "" }()
+	defer func() { hooks(d.eng).step, d.remote.crashAt = nil, "" }()
 	if snapshot {
 		count("Snapshot calls")
 	}

@@ -247,3 +247,31 @@ func (d *device) maxVersion() int64 {
 	}
 	return v
 }
+
+// engineHooks are the test hooks of one Engine (see stepHook).
+type engineHooks struct {
+	// step runs at each step boundary of a sync; an error it returns
+	// fails the sync there.
+	step func(point string) error
+}
+
+var allHooks sync.Map // *Engine -> *engineHooks
+
+// hooks returns e's test hooks, for a test to set.
+func hooks(e *Engine) *engineHooks {
+	h, _ := allHooks.LoadOrStore(e, &engineHooks{})
+	return h.(*engineHooks)
+}
+
+func init() {
+	stepHook = func(e *Engine, point string) error {
+		h, ok := allHooks.Load(e)
+		if !ok {
+			return nil
+		}
+		if fn := h.(*engineHooks).step; fn != nil {
+			return fn(point)
+		}
+		return nil
+	}
+}

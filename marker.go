@@ -96,8 +96,10 @@ func writeMarker(ctx context.Context, r Remote, store string, created time.Time,
 
 // bind checks that the remote holds the store this database syncs with,
 // creating the marker on a remote that has none yet and that this
-// database never synced with.
-func (s *syncRun) bind(ctx context.Context) error {
+// database never synced with, and sets the run's store and limits.
+// rebound reports that it joined another store (a lost race to create
+// the marker): the sync must then list that store from the start.
+func (s *syncRun) bind(ctx context.Context, l *listing) (rebound bool, err error) {
 	e := s.e
 	var bound, claim, last string
 	for _, kv := range []struct {
@@ -106,16 +108,16 @@ func (s *syncRun) bind(ctx context.Context) error {
 	}{{metaStore, &bound}, {metaStoreClaim, &claim}, {metaSnapshot, &last}} {
 		var err error
 		if *kv.v, err = getMeta(ctx, s.conn, kv.key); err != nil {
-			return &Error{Op: "sync", Err: err}
+			return false, &Error{Op: "sync", Err: err}
 		}
 	}
 	m, found, err := readMarker(ctx, e.cfg.Remote)
 	if err != nil {
-		return err
+		return false, err
 	}
 	identity, recorded, err := s.remoteIdentity(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// Our marker made moments ago explains a different store, or none,
 	// only on the storage we made it on.
@@ -127,7 +129,7 @@ func (s *syncRun) bind(ctx context.Context) error {
 		// created in the same moment would show by now.
 		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(claim, claimSeen))
 		switch {
-		case claim != "" && (err != nil || !s.cursor.Before(at.Add(2*e.cfg.ListOverlap))):
+		case claim != "" && (err != nil || !l.cursor.Before(at.Add(2*e.cfg.ListOverlap))):
 			set = append(set, metaStoreClaim, "")
 		case claim != "" && !strings.HasPrefix(claim, claimSeen):
 			set = append(set, metaStoreClaim, claimSeen+claim) // read back: no longer "not listed yet"
@@ -135,7 +137,7 @@ func (s *syncRun) bind(ctx context.Context) error {
 	case found && bound == "":
 		set = append(set, metaStore, m.Store) // the first sync with this remote
 	case found && m.Store != bound && !sameRemote:
-		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s, and the remote is %s, not %s where this database synced: the app is pointed at another folder or signed in to another account. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound, identity, recorded)}
+		return false, &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s, and the remote is %s, not %s where this database synced: the app is pointed at another folder or signed in to another account. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound, identity, recorded)}
 	case found && claim != "" && racedWith(claim, m.Created, e.cfg.ListOverlap):
 		// Our own marker lost a race with another device's, created in
 		// the same moment (Drive allows two files of one name, and every
@@ -143,41 +145,41 @@ func (s *syncRun) bind(ctx context.Context) error {
 		// this device had.
 		e.log.Info("drivesync: another device created the store's marker at the same time; joining its store", "store", m.Store)
 		if err := s.rebind(ctx, m.Store, true); err != nil {
-			return err
+			return false, err
 		}
-		s.rebound = true
+		rebound = true
 		last, recorded = "", "" // rebind forgot them
 		// Until the listings settle, the marker every device reads may
 		// still change: keep treating a change as this race.
 		set = append(set, metaStoreClaim, claim)
 	case found:
-		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s: the app may be signed in to another account or pointed at another folder. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound)}
+		return false, &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote holds store %s, but this database syncs with store %s: the app may be signed in to another account or pointed at another folder. Nothing local was changed. Point the app back at the right remote, or call JoinRemote to merge this database with that store", ErrRemoteChanged, m.Store, bound)}
 	case bound != "" && !sameRemote:
-		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s, and it is %s, not %s where store %s lives: the app is pointed at another folder or signed in to another account. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, identity, recorded, bound)}
-	case bound != "" && claim != "" && !strings.HasPrefix(claim, claimSeen) && racedWith(claim, s.cursor, 2*e.cfg.ListOverlap):
+		return false, &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s, and it is %s, not %s where store %s lives: the app is pointed at another folder or signed in to another account. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, identity, recorded, bound)}
+	case bound != "" && claim != "" && !strings.HasPrefix(claim, claimSeen) && racedWith(claim, l.cursor, 2*e.cfg.ListOverlap):
 		// We created the marker moments ago; the remote does not list
 		// it yet.
 		m = marker{Store: bound}
 	case bound != "":
-		return &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s: it was emptied, or it is another folder or account than the one store %s lives in. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, bound)}
+		return false, &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s: it was emptied, or it is another folder or account than the one store %s lives in. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, bound)}
 	default:
-		m = marker{Store: newStoreID(), Created: s.cursor}
+		m = marker{Store: newStoreID(), Created: l.cursor}
 		err = writeMarker(ctx, e.cfg.Remote, m.Store, m.Created, e.cfg.Limits)
 		if errors.Is(err, fs.ErrExist) { // another device created it since we looked
 			if m, found, err = readMarker(ctx, e.cfg.Remote); err == nil && !found {
 				err = fmt.Errorf("%w: the marker exists but cannot be read; sync again", ErrRemote)
 			}
 			if err != nil {
-				return remoteErr("read marker", markerName, err)
+				return false, remoteErr("read marker", markerName, err)
 			}
 			set = append(set, metaStore, m.Store)
 			break
 		}
 		if err != nil {
-			return remoteErr("write marker", markerName, err)
+			return false, remoteErr("write marker", markerName, err)
 		}
 		e.log.Info("drivesync: created the store's marker on the remote", "store", m.Store)
-		set = append(set, metaStore, m.Store, metaStoreClaim, s.cursor.UTC().Format(time.RFC3339Nano))
+		set = append(set, metaStore, m.Store, metaStoreClaim, l.cursor.UTC().Format(time.RFC3339Nano))
 	}
 	s.store = m.Store
 	if m.Limits == nil && m.Format == 0 {
@@ -185,7 +187,7 @@ func (s *syncRun) bind(ctx context.Context) error {
 		// ago and cannot list yet: this device's limits are the store's.
 		s.limits = e.cfg.Limits
 	} else if s.limits, err = m.limits(); err != nil {
-		return &Error{Op: "read marker", File: markerName, Err: err}
+		return false, &Error{Op: "read marker", File: markerName, Err: err}
 	}
 	if last == "" && !m.Created.IsZero() {
 		// A store's first snapshot is due in the month after it began.
@@ -197,9 +199,9 @@ func (s *syncRun) bind(ctx context.Context) error {
 		set = append(set, metaRemoteID, identity)
 	}
 	if len(set) == 0 {
-		return nil
+		return rebound, nil
 	}
-	return s.setMetas(ctx, set...)
+	return rebound, s.setMetas(ctx, set...)
 }
 
 // remoteIdentity returns the identity of the remote (see IdentifiedRemote)
@@ -275,10 +277,11 @@ func (e *Engine) StartFresh(ctx context.Context) (Report, error) {
 		if err := s.rebind(ctx, store, false); err != nil {
 			return err
 		}
-		if err := s.run(ctx); err != nil {
+		l, f, err := s.sync(ctx)
+		if err != nil {
 			return err
 		}
-		return s.maintain(ctx, true)
+		return s.maintain(ctx, l, f, true)
 	})
 }
 

@@ -5,14 +5,17 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
+	"time"
 )
 
-// The outbox makes publishing a patch file safe against every failure
-// between upload and commit.
+// The publish phase, and the outbox that makes publishing a patch file
+// safe against every failure between upload and commit.
 //
 // Deleting the uploaded file when the local transaction fails seems
 // natural. But another device may have applied the file in between; deleting it then
@@ -145,7 +148,7 @@ func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, e
 
 // recoverOutbox publishes and adopts a file an earlier sync uploaded (or
 // meant to) without committing.
-func (s *syncRun) recoverOutbox(ctx context.Context) error {
+func (s *syncRun) recoverOutbox(ctx context.Context, l *listing) error {
 	e := s.e
 	var name string
 	err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
@@ -155,7 +158,7 @@ func (s *syncRun) recoverOutbox(ctx context.Context) error {
 	if err != nil {
 		return &Error{Op: "recover upload", Err: err}
 	}
-	if at, _, _ := parsePatchName(name); at.Before(s.cursor.Add(-e.cfg.ListOverlap / 4)) {
+	if at, _, _ := parsePatchName(name); at.Before(l.cursor.Add(-e.cfg.ListOverlap / 4)) {
 		// Published this late under its old name, the file could be
 		// taken as held by a snapshot written since, or compacted as
 		// old. Publish it under a fresh name; if the old one made it
@@ -225,4 +228,124 @@ func (s *syncRun) recoverOutbox(ctx context.Context) error {
 	s.report.Recovered = name
 	e.log.Info("drivesync: recovered an upload that was not committed", "file", name)
 	return nil
+}
+
+// waitForVersions returns a remote time at which this sync's versions are
+// allowed (see versionsAllowed), so that every device takes the file. An
+// honest store is always far below the bound; after a hostile file took
+// the versions near it, a device waits for the clock up to a minute, and
+// beyond that fails the sync, keeping its changes pending.
+func waitForVersions(ctx context.Context, maxSeen int64, now time.Time) (time.Time, error) {
+	// Readers judge by the time the file's name carries: milliseconds.
+	if maxSeen <= versionsAllowed(now.Truncate(time.Millisecond)) {
+		return now, nil
+	}
+	ready := versionTime(maxSeen).Truncate(time.Millisecond).Add(time.Millisecond)
+	wait := ready.Sub(now)
+	if wait > time.Minute {
+		return now, &Error{Op: "reserve versions", Err: fmt.Errorf("this store's versions (%d) are ahead of the remote's clock until %s: sync again then", maxSeen, ready.UTC().Format(time.RFC3339))}
+	}
+	select {
+	case <-ctx.Done():
+		return now, &Error{Op: "reserve versions", Err: ctx.Err()}
+	case <-time.After(wait):
+	}
+	return ready, nil
+}
+
+// renameOutbox gives the stored upload a new name, later than old.
+func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) {
+	now, err := s.e.cfg.Remote.Now(ctx)
+	if err != nil {
+		return "", remoteErr("upload", old, err)
+	}
+	if at, _, _ := parsePatchName(old); !now.After(at) {
+		now = at.Add(time.Millisecond)
+	}
+	name := patchFileName(now, s.e.deviceID)
+	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old); err != nil {
+		return "", &Error{Op: "upload", File: old, Err: err}
+	}
+	if err := noteUpload(ctx, s.conn, name); err != nil {
+		return "", &Error{Op: "upload", File: name, Err: err}
+	}
+	return name, nil
+}
+
+// publish reserves the versions it is about to publish and stores the
+// file in the outbox, in one transaction, then uploads it. Reserving first means
+// that however the sync ends, later changes are numbered above the ones in
+// this file: a stamp never names two different writes. The reservation
+// also checks that no other Engine on this database reserved versions
+// since the plan read them.
+func (s *syncRun) publish(ctx context.Context, p *plan) error {
+	e := s.e
+	if p.maxSeen > maxVersion {
+		return &Error{Op: "reserve versions", Err: fmt.Errorf("versions would pass %d: this store cannot take more changes", int64(maxVersion))}
+	}
+	now, err := e.cfg.Remote.Now(ctx)
+	if err != nil {
+		return remoteErr("upload", "", err)
+	}
+	if now, err = waitForVersions(ctx, p.maxSeen, now); err != nil {
+		return err
+	}
+	name := patchFileName(now, e.deviceID)
+	if err := beginImmediate(ctx, s.conn); err != nil {
+		return &Error{Op: "reserve versions", Err: err}
+	}
+	err = func() error {
+		stored, err := getMetaInt(ctx, s.conn, metaMaxVersion)
+		if err != nil {
+			return err
+		}
+		if stored != p.base {
+			return errors.New("another Engine synced this database at the same time; use one Engine per database, then sync again")
+		}
+		if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(p.maxSeen, 10)); err != nil {
+			return err
+		}
+		if err := saveOutbox(ctx, s.conn, name, p.upload); err != nil {
+			return err
+		}
+		if err := noteUpload(ctx, s.conn, name); err != nil {
+			return err
+		}
+		_, err = s.conn.ExecContext(ctx, "COMMIT")
+		return err
+	}()
+	if err != nil {
+		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return &Error{Op: "reserve versions", Err: err}
+	}
+	e.progress("upload", 0, 1)
+	for attempt := 0; ; attempt++ {
+		if _, err := p.upload.Seek(0, io.SeekStart); err != nil {
+			return &Error{Op: "upload", File: name, Err: err}
+		}
+		err := e.cfg.Remote.Create(ctx, name, p.upload)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || attempt == 3 {
+			return remoteErr("upload", name, err)
+		}
+		// Another file has this name (a clock that went back): the
+		// outbox must not later take that file for ours. Rename.
+		if name, err = s.renameOutbox(ctx, name); err != nil {
+			return err
+		}
+	}
+	s.report.Uploaded, s.report.ChangesSent = name, p.sent
+	e.progress("upload", 1, 1)
+	e.log.Info("drivesync: uploaded", "file", name, "changes", p.sent)
+	return nil
+}
+
+// noteUpload records a file name this database uploads, before it tries:
+// a file of its device id that it did not record was written by a copy of
+// this database (see checkCopied).
+func noteUpload(ctx context.Context, q querier, name string) error {
+	_, err := q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_uploaded (name) VALUES (?)`, name)
+	return err
 }

@@ -575,3 +575,39 @@ func (n *node) writeAt(path []string, v jsonv.Value, t stamp) {
 	}
 	n.applyPatch(v, t)
 }
+
+func applyChange(n *node, c fileChange, device string) error {
+	if c.clock != nil { // a state file's record: merge its state
+		content, err := jsonv.ParseObject(c.patch, jsonv.Options{})
+		if err != nil {
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+		}
+		o, err := decodeState(content, c.clock, c.deleted)
+		if err != nil {
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+		}
+		n.merge(o)
+		return nil
+	}
+	at := stamp{version: c.version, device: device}
+	if c.deleted {
+		n.applyDelete(at)
+		return nil
+	}
+	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
+	if err != nil {
+		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	n.applyPatch(p, at)
+	return nil
+}
+
+// encodeState returns what sync_states stores for a record: its content,
+// shown or hidden under a tombstone, and its clock.
+func encodeState(n *node) (data, clock string) {
+	data = "{}"
+	if n.hasContent() {
+		data = string(jsonv.Encode(n.value()))
+	}
+	return data, string(encodeClock(n))
+}

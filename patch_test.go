@@ -94,7 +94,7 @@ func TestSeedTitleDesc(t *testing.T) {
 }
 
 func TestDesignDivergence(t *testing.T) {
-	// DESIGN.md: A and C both saw version 5. A writes x at 7, C writes y at
+	// Per-record versions diverge: A and C both saw version 5. A writes x at 7, C writes y at
 	// 6, neither saw the other. Every arrival order must agree.
 	v5 := change{patch: `{"x":0,"y":0}`, at: stamp{5, "b"}}
 	a := change{patch: `{"x":1}`, at: stamp{7, "a"}}

@@ -22,7 +22,7 @@ func TestSlowSyncDoesNotSkipFiles(t *testing.T) {
 	mem.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
 	a.put("mine", `{"v":1}`)
-	a.eng.testHook = func(p string) error {
+	hooks(a.eng).step = func(p string) error {
 		if p == "fetched" {
 			b.put("theirs", `{"v":1}`)
 			b.sync()
@@ -33,7 +33,7 @@ func TestSlowSyncDoesNotSkipFiles(t *testing.T) {
 		return nil
 	}
 	a.sync()
-	a.eng.testHook = nil
+	hooks(a.eng).step = nil
 	mu.Lock()
 	clock = clock.Add(time.Minute)
 	mu.Unlock()
@@ -164,14 +164,14 @@ func TestRebaseKeepsNullsInArrays(t *testing.T) {
 	syncAll(t, a, b)
 	b.put("n", `{"v":2}`)
 	b.sync()
-	a.eng.testHook = func(p string) error {
+	hooks(a.eng).step = func(p string) error {
 		if p == "planned" {
 			a.put("n", `{"v":1,"arr":[{"x":null,"y":1},null]}`)
 		}
 		return nil
 	}
 	a.sync()
-	a.eng.testHook = nil
+	hooks(a.eng).step = nil
 	if got, want := a.get("n"), `{"arr":[{"x":null,"y":1},null],"v":2}`; got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
@@ -185,7 +185,7 @@ func TestDirtyRowRewrittenCanonical(t *testing.T) {
 	remote := NewMemoryRemote()
 	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
 	a.put("n", `{"x":0}`)
-	a.eng.testHook = func(p string) error {
+	hooks(a.eng).step = func(p string) error {
 		if p == "planned" {
 			a.put("n", `{"y":null,"x":0}`)
 			a.exec(`UPDATE notes SET title = 'set alone' WHERE id = 'n'`)
@@ -193,7 +193,7 @@ func TestDirtyRowRewrittenCanonical(t *testing.T) {
 		return nil
 	}
 	a.sync()
-	a.eng.testHook = nil
+	hooks(a.eng).step = nil
 	syncAll(t, a, b)
 	assertConverged(t, a, b)
 }

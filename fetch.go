@@ -1,0 +1,412 @@
+package drivesync
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The fetch phase: from the listing and the ledger of files this device
+// knows (sync_files), decide what to download, download it, validate it
+// whole and spool it; reject what is malformed; and, with the snapshots
+// (catchup.go), take in what compaction removed before this device had
+// it.
+
+// fetched is what the fetch phase found.
+type fetched struct {
+	// files are spooled and valid, in the order to apply them: the
+	// snapshots to load first, then patch and merge files by name.
+	files []*downloaded
+	// rejected says, of each file rejected (Report.Rejected has the
+	// errors), what it was judged under.
+	rejected map[string]rejectedFile
+	checked  []RemoteFile    // new snapshots this device holds everything of (see settleChecked)
+	covers   map[string]bool // the files and snapshots the loaded snapshots hold
+	forget   []string        // rejected files found gone when read again
+	ledger   map[string]knownFile
+	listed   map[string]bool // the listing's names
+	maxSeen  int64           // the largest version in the files
+	joining  bool            // JoinRemote was called: a snapshot is loaded, then a merge file uploaded
+}
+
+// empty reports whether the fetch found nothing to apply or record.
+func (f *fetched) empty() bool {
+	return len(f.files) == 0 && len(f.rejected) == 0 && len(f.checked) == 0 && len(f.forget) == 0
+}
+
+// A downloaded file is one the fetch reads: a patch, merge or snapshot
+// file.
+type downloaded struct {
+	name   string
+	size   int64 // -1 when read by name, not from a listing
+	kind   fileKind
+	byName bool   // a rejected file the listing no longer shows, read again
+	spool  *spool // nil until downloaded and valid
+}
+
+// rejectedFile is what a rejection was decided under.
+type rejectedFile struct {
+	size   int64
+	reader string // Limits.key, and when a file ahead of the clock is read again (see retryDue)
+}
+
+// knownFile is a row of the ledger, sync_files.
+type knownFile struct {
+	status    string // fileApplied, fileChecked or fileRejected
+	size      int64
+	checkedAt int64  // when it was rejected, by the remote's clock (Unix seconds)
+	reader    string // Limits.key when it was rejected
+	attempts  int64  // reads that rejected it in a row
+}
+
+// held reports whether this device holds what the file holds: it applied
+// it, or, for a snapshot, checked that it holds nothing this device lacks.
+func (k knownFile) held() bool { return k.status == fileApplied || k.status == fileChecked }
+
+// fetcher is the fetch phase at work.
+type fetcher struct {
+	*syncRun
+	l        *listing
+	out      *fetched
+	download []*downloaded          // the patch and merge files to read, by name
+	snaps    []RemoteFile           // the snapshots listed or read again by name, newest first
+	byName   map[string]bool        // rejected snapshots read again by name
+	headers  map[string]stateHeader // the snapshot headers read
+	loaded   []*downloaded          // the snapshots to apply first
+	gone     []*downloaded          // listed files deleted before they were downloaded
+}
+
+// fetch spools every listed file not applied yet, starting with the
+// snapshots the device needs (see catchup.go).
+func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
+	f := &fetcher{syncRun: s, l: l, byName: map[string]bool{}, headers: map[string]stateHeader{},
+		out: &fetched{rejected: map[string]rejectedFile{}, covers: map[string]bool{}, listed: map[string]bool{}}}
+	join, err := getMeta(ctx, s.conn, metaJoin)
+	if err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
+	f.out.joining = join != ""
+	if f.out.ledger, err = loadLedger(ctx, s.conn); err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
+	var snaps []RemoteFile
+	for _, file := range l.files {
+		kind, _, _, ok := parseFileName(file.Name)
+		if !ok || f.out.listed[file.Name] {
+			continue // not ours (other apps' files), or listed twice
+		}
+		f.out.listed[file.Name] = true
+		if kind == kindSnapshot {
+			snaps = append(snaps, file)
+			continue
+		}
+		if k, seen := f.out.ledger[file.Name]; seen && (k.held() || f.stillRejected(k, file)) {
+			continue
+		}
+		f.download = append(f.download, &downloaded{name: file.Name, size: file.Size, kind: kind})
+	}
+	// A remote may list only files created since the cursor: a rejected
+	// file is read again by name once its reason may have gone, however
+	// old it is.
+	for name, k := range f.out.ledger {
+		kind, _, _, ok := parseFileName(name)
+		if !ok || k.status != fileRejected || f.out.listed[name] || !f.retryDue(k) {
+			continue
+		}
+		if kind == kindSnapshot {
+			snaps = append(snaps, RemoteFile{Name: name, Size: -1})
+			f.byName[name] = true
+			continue
+		}
+		f.download = append(f.download, &downloaded{name: name, size: -1, kind: kind, byName: true})
+	}
+	slices.SortFunc(f.download, func(a, b *downloaded) int { return cmp.Compare(a.name, b.name) })
+	if err := f.chooseSnapshots(ctx, snaps); err != nil {
+		return nil, err
+	}
+	for i, d := range f.download {
+		s.e.progress("download", i, len(f.download))
+		if err := f.fetchFile(ctx, d); err != nil {
+			return nil, err
+		}
+	}
+	s.e.progress("download", len(f.download), len(f.download))
+	if err := f.coverMissing(ctx); err != nil {
+		return nil, err
+	}
+	f.settleChecked()
+	f.out.files = f.loaded // snapshots first
+	for _, d := range f.download {
+		if d.spool != nil {
+			f.out.files = append(f.out.files, d)
+		}
+	}
+	return f.out, nil
+}
+
+// loadLedger reads sync_files.
+func loadLedger(ctx context.Context, q querier) (map[string]knownFile, error) {
+	ledger := map[string]knownFile{}
+	rows, err := q.QueryContext(ctx, `SELECT name, status, size, checked_at, reader, attempts FROM sync_files`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var k knownFile
+		if err := rows.Scan(&name, &k.status, &k.size, &k.checkedAt, &k.reader, &k.attempts); err != nil {
+			return nil, err
+		}
+		ledger[name] = k
+	}
+	return ledger, rows.Err()
+}
+
+// rejectRetry is how long a rejected file is left alone before it is read
+// again: a folder-sync tool may still be writing it. The delay doubles
+// with each read that rejects it again, up to rejectRetryMax, so that a
+// file that is broken for good costs one download a day.
+const (
+	rejectRetry    = time.Hour
+	rejectRetryMax = 24 * time.Hour
+)
+
+// readAgainAt joins the reader key of a file rejected for versions ahead
+// of this device's clock and the time it may be read again.
+const readAgainAt = ", read again at "
+
+// retryDue reports whether a rejected file should be read again: its
+// reason may have gone, because this app now reads other formats or the
+// store other limits, or because enough time has passed.
+func (f *fetcher) retryDue(k knownFile) bool {
+	if at, ok := strings.CutPrefix(k.reader, f.limits.key()+readAgainAt); ok {
+		t, err := time.Parse(time.RFC3339Nano, at)
+		return err != nil || !f.l.cursor.Before(t)
+	}
+	if k.reader != f.limits.key() {
+		return true
+	}
+	wait := rejectRetryMax
+	if k.attempts < 6 {
+		wait = min(rejectRetry<<max(k.attempts-1, 0), rejectRetryMax)
+	}
+	return f.l.cursor.Sub(time.Unix(k.checkedAt, 0)) >= wait
+}
+
+// stillRejected reports whether a listed file rejected earlier should be
+// skipped without downloading it again. A new size means new content.
+func (f *fetcher) stillRejected(k knownFile, file RemoteFile) bool {
+	return k.status == fileRejected && k.size == file.Size && !f.retryDue(k)
+}
+
+// fetchFile downloads one file into a spool. A file that turns out to be
+// malformed is rejected (reported, d.spool left nil); a remote failure
+// fails the sync.
+func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
+	e := f.e
+	if d.kind == kindMerge {
+		_, err := f.fetchStateFile(ctx, d, f.limits.MaxSnapshotSize)
+		return err
+	}
+	_, device, _ := parsePatchName(d.name)
+	if d.size > f.limits.MaxFileSize {
+		f.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, f.limits.MaxFileSize))
+		return nil
+	}
+	rc, err := e.cfg.Remote.Open(ctx, d.name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f.vanished(d)
+		return nil
+	case unreadableFile(ctx, err):
+		f.reject(d, err)
+		return nil
+	case err != nil:
+		return remoteErr("download", d.name, err)
+	}
+	defer rc.Close()
+	sp, err := newSpool(e.cfg.TempDir)
+	if err != nil {
+		return &Error{Op: "download", File: d.name, Err: err}
+	}
+	var maxV int64
+	var spoolErr error
+	src := &countingReader{r: &limitedReader{r: rc, n: f.limits.MaxFileSize, what: "compressed file"}}
+	err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
+		maxV = max(maxV, c.version)
+		spoolErr = sp.add(c)
+		return spoolErr
+	})
+	if err == nil {
+		_, at, _, _ := parseFileName(d.name)
+		err = f.checkVersions(at, maxV)
+	}
+	if err != nil {
+		sp.close()
+		return f.readFailed(ctx, d, src, spoolErr, err)
+	}
+	f.keep(d, sp, maxV)
+	return nil
+}
+
+// keep takes a downloaded file's valid spool.
+func (f *fetcher) keep(d *downloaded, sp *spool, maxV int64) {
+	d.spool = sp
+	f.onDone(sp.close)
+	f.out.maxSeen = max(f.out.maxSeen, maxV)
+}
+
+// checkVersions rejects a received file, named at "at", whose largest
+// version v is above what its time allows (see versionsAllowed). A file
+// named later than this device's clock is judged by the clock; it is read
+// again once the clock has reached the time its versions need.
+func (f *fetcher) checkVersions(at time.Time, v int64) error {
+	if v > versionsAllowed(at) {
+		return fmt.Errorf("version %d is above %d, the most a file named at %s may carry: the file is broken or hostile", v, versionsAllowed(at), at.UTC().Format(time.RFC3339))
+	}
+	if v > versionsAllowed(f.l.cursor) {
+		return &versionsAheadError{v: v, at: versionTime(v)}
+	}
+	return nil
+}
+
+// versionsAheadError rejects a file until this device's clock reaches at.
+type versionsAheadError struct {
+	v  int64
+	at time.Time
+}
+
+func (e *versionsAheadError) Error() string {
+	return fmt.Sprintf("version %d is ahead of this device's clock; it is read again at %s", e.v, e.at.UTC().Format(time.RFC3339))
+}
+
+// vanished handles a file that was gone when this sync opened it. A
+// listed file was deleted since the listing (compacted): a listed
+// snapshot must bring what it held (see coverMissing). A rejected file
+// read again by name was compacted long ago: it is forgotten, and a
+// snapshot that holds it is loaded (see recoverForgotten).
+func (f *fetcher) vanished(d *downloaded) {
+	if d.byName {
+		f.out.forget = append(f.out.forget, d.name)
+		return
+	}
+	f.gone = append(f.gone, d)
+}
+
+// readFailed sorts out why reading remote file d failed: a cancelled
+// context, the remote or the local spool fails the sync (returned); a
+// malformed file is rejected (nil).
+func (f *fetcher) readFailed(ctx context.Context, d *downloaded, src *countingReader, spoolErr, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return &Error{Op: "download", File: d.name, Err: ctx.Err()}
+	case src.failed != nil:
+		return remoteErr("download", d.name, src.failed)
+	case spoolErr != nil: // a local disk problem, not the file's fault
+		return &Error{Op: "download", File: d.name, Err: spoolErr}
+	}
+	f.reject(d, classifyFileErr(err))
+	return nil
+}
+
+func (f *fetcher) reject(d *downloaded, err error) {
+	f.e.log.Warn("drivesync: rejected remote file", "file", d.name, "err", err)
+	r := rejectedFile{size: d.size, reader: f.limits.key()}
+	if ahead := (*versionsAheadError)(nil); errors.As(err, &ahead) {
+		r.reader += readAgainAt + ahead.at.UTC().Format(time.RFC3339Nano)
+	}
+	f.out.rejected[d.name] = r
+	f.report.Rejected = append(f.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
+}
+
+func classifyFileErr(err error) error {
+	switch {
+	case errors.Is(err, ErrUnsupportedFormat):
+		return err
+	case errors.Is(err, errTooLarge):
+		return fmt.Errorf("%w: %w", ErrFileTooLarge, err)
+	}
+	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
+}
+
+// countingReader counts the bytes read and remembers a read error of the
+// underlying stream, to tell a network failure from a malformed file.
+type countingReader struct {
+	r      io.Reader
+	n      int64
+	failed error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && !errors.Is(err, errTooLarge) {
+		c.failed = err
+	}
+	return n, err
+}
+
+// checkCopied looks for files on the remote that carry this database's
+// device id but that this database never uploaded: the database file was
+// copied to another machine, and both copies sync under one id. Two
+// writes stamped alike by the two copies would split the devices for
+// good, so before this sync stamps anything, this database takes a new
+// device id (versions go on from max_version, so no stamp is reused). An
+// app that sets Config.DeviceID itself is told to give the copy its own.
+// Files named before this database began recording its uploads are not
+// judged.
+func (s *syncRun) checkCopied(ctx context.Context, l *listing) error {
+	e := s.e
+	since, err := getMeta(ctx, s.conn, metaUploads)
+	if err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	if since == "" {
+		return s.setMetas(ctx, metaUploads, l.cursor.UTC().Format(time.RFC3339Nano))
+	}
+	from, err := time.Parse(time.RFC3339Nano, since)
+	if err != nil {
+		return &Error{Op: "sync", Err: fmt.Errorf("sync_meta %s: %w", metaUploads, err)}
+	}
+	var foreign string
+	for _, f := range l.files {
+		_, at, device, ok := parseFileName(f.Name)
+		if !ok || device != e.deviceID || at.Before(from) {
+			continue
+		}
+		var one int
+		err := s.conn.QueryRowContext(ctx, `SELECT 1 FROM sync_uploaded WHERE name = ?`, f.Name).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			foreign = f.Name
+			break
+		}
+		if err != nil {
+			return &Error{Op: "sync", Err: err}
+		}
+	}
+	if foreign == "" {
+		return nil
+	}
+	if e.cfg.DeviceID != "" {
+		return &Error{Op: "sync", File: foreign, Err: fmt.Errorf("this file carries this database's device id %q, but this database did not write it: the database file was copied to another device, which syncs under the same id. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own)", e.deviceID)}
+	}
+	id := uuid.NewString()
+	if err := s.setMetas(ctx, metaDeviceID, id); err != nil {
+		return err
+	}
+	e.log.Warn("drivesync: another copy of this database syncs under its device id; taking a new device id", "old", e.deviceID, "new", id, "file", foreign)
+	e.idMu.Lock()
+	e.deviceID = id
+	e.idMu.Unlock()
+	return nil
+}
