@@ -254,18 +254,22 @@ func (s *applier) rebasePending(ctx context.Context) error {
 		if perr != nil {
 			continue
 		}
+		base := s.pending[k].base
 		edits := mine
-		if base := s.pending[k].base; base != nil {
+		if base != nil {
 			edits = diff(*base, mine)
 		}
 		st, err := s.loadState(ctx, k.table, k.record)
 		if err != nil {
 			return err
 		}
-		// A record deleted meanwhile comes back whole: the app's edits
-		// are stamped after the delete.
+		// A record deleted meanwhile by another device comes back whole
+		// with the app's edits of its row: they are stamped after the
+		// delete. A row the app created is exactly what it wrote, also
+		// over a tombstone (the next sync diffs it against the hidden
+		// fields).
 		var merged *jsonv.Value
-		if st.node.hasContent() {
+		if st.node.exists() || st.node.hasContent() && base != nil {
 			v := st.node.value()
 			merged = &v
 		}

@@ -197,3 +197,32 @@ func TestSchema2DeleteClocksRewritten(t *testing.T) {
 		}
 	}
 }
+
+// A record the app deletes, then creates again while the sync that sends
+// the delete runs, is exactly the new row: no field of the deleted record
+// returns. Before, the row written at the end of that sync laid the new
+// row over the fields hidden under the delete.
+func TestReinsertDuringSyncOfDelete(t *testing.T) {
+	for _, at := range []string{"fetched", "planned", "uploaded"} {
+		remote := NewMemoryRemote()
+		a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+		a.put("r", `{"title":"old","extra":1}`)
+		syncAll(t, a, b)
+		a.exec(`DELETE FROM notes WHERE id = 'r'`)
+		hooks(a.eng).step = func(p string) error {
+			if p == at {
+				a.put("r", `{"title":"new"}`)
+			}
+			return nil
+		}
+		a.sync()
+		hooks(a.eng).step = nil
+		syncAll(t, a, b)
+		assertConverged(t, a, b)
+		for _, d := range []*device{a, b} {
+			if got := d.get("r"); got != `{"title":"new"}` {
+				t.Errorf("written at %s: %s has %s, want exactly the new row", at, d.name, got)
+			}
+		}
+	}
+}

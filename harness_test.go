@@ -732,6 +732,7 @@ func countReport(r Report, snapshot, fresh bool) {
 // updates. Values are unique per write, so a device has seen another
 // device's write exactly when that value has appeared in its rows.
 type model struct {
+	seq  int
 	hist map[string]map[string][]modelWrite // record -> path -> writes in order
 	// batches: writes also add many keys to a record at once, or remove
 	// every such key, so that removed keys pile up in its clock.
@@ -777,12 +778,17 @@ func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
 }
 
 type modelWrite struct {
+	seq    int // order of the writes in the schedule
 	device string
 	value  string // "" for absent
 	// sawAll: when writing, the device had seen every earlier write to
 	// this path by other devices, so nothing conflicts with this write.
 	sawAll bool
 }
+
+// A physical delete hides a record and keeps its fields: it is not a write
+// of any path, and the model records it under the path "", seen as a
+// whole (sawAll: the device had seen every earlier write to the record).
 
 var harnessRecords = []string{"r0", "r1", "r2", "r3"}
 var harnessPaths = []string{"a", "b", "n.x", "n.y", "deleted_at"}
@@ -808,7 +814,12 @@ func (d *hdevice) local(rt *rapid.T, id string) (map[string]string, bool) {
 
 // write performs one random app write on d and records it in m.
 func (m *model) write(rt *rapid.T, d *hdevice, label string) {
-	id := rapid.SampledFrom(harnessRecords).Draw(rt, label+"record")
+	m.writeOp(rt, d, label, rapid.SampledFrom(harnessRecords).Draw(rt, label+"record"), -1)
+}
+
+// writeOp performs app write op (as write draws it, or -1 to draw it) on
+// record id, and returns the content it wrote if it wrote a whole record.
+func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (content string) {
 	d.observe(rt)
 	cur, exists := d.local(rt, id)
 	d.seq++
@@ -818,19 +829,28 @@ func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 	if exists && m.batches {
 		ops = 15 // long runs of key additions and removals
 	}
-	switch op := rapid.IntRange(0, ops).Draw(rt, label+"op"); {
+	if op < 0 {
+		op = rapid.IntRange(0, ops).Draw(rt, label+"op")
+	}
+	switch {
 	case op >= 10:
 		m.batch(rt, d, id, val, op%2 == 0)
-		return
+		return ""
 	case op == 0 && exists: // physical delete
 		if _, err := d.db.Exec(`DELETE FROM notes WHERE id = ?`, id); err != nil {
 			rt.Fatal(err)
 		}
-		for _, p := range harnessPaths {
-			written[p] = ""
+		written[""] = ""
+		// The device's own writes to the record that it had not sent yet
+		// go with its row: if another device's edit brings the record
+		// back, it comes back as the others last had it.
+		for p, h := range m.hist[id] {
+			if p != "" && h[len(h)-1].device == d.name {
+				h[len(h)-1].sawAll = false
+			}
 		}
 	case op <= 2 || !exists: // create or replace whole
-		content := fmt.Sprintf(`{"a":%q,"b":%q,"n":{"x":%q}}`, val+"a", val+"b", val+"x")
+		content = fmt.Sprintf(`{"a":%q,"b":%q,"n":{"x":%q}}`, val+"a", val+"b", val+"x")
 		d.putNote(rt, id, content)
 		written = map[string]string{"a": val + "a", "b": val + "b", "n.x": val + "x", "n.y": "", "deleted_at": ""}
 	default: // one field
@@ -847,16 +867,23 @@ func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 	}
 	for p, v := range written {
 		saw := true
-		for _, x := range m.hist[id][p] {
-			if x.device != d.name && (x.value == "" || !d.seen[x.value]) {
-				saw = false // a delete leaves no value to observe: treat as unseen
+		for q, h := range m.hist[id] {
+			if p != "" && q != p {
+				continue // a write conflicts with earlier writes of its path, a delete with any
+			}
+			for _, x := range h {
+				if x.device != d.name && (x.value == "" || !d.seen[x.value]) {
+					saw = false // a removal or delete leaves no value to observe: treat as unseen
+				}
 			}
 		}
-		m.hist[id][p] = append(m.hist[id][p], modelWrite{device: d.name, value: v, sawAll: saw})
+		m.seq++
+		m.hist[id][p] = append(m.hist[id][p], modelWrite{seq: m.seq, device: d.name, value: v, sawAll: saw})
 		if v != "" {
 			d.seen[v] = true
 		}
 	}
+	return content
 }
 
 func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
@@ -984,7 +1011,35 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			// write lock and this goroutine would wait on itself.
 			// Concurrent writers are TestConcurrentWritersDuringSync's.
 			p := rapid.SampledFrom(harnessPoints[:3]).Draw(rt, "writeAt")
-			d.sync(rt, "", p, func() { m.write(rt, d, label+"w") })
+			id := rapid.SampledFrom(harnessRecords).Draw(rt, "writeRecord")
+			if _, exists := d.local(rt, id); exists && rapid.Bool().Draw(rt, "deleteFirst") {
+				// The app deletes a record and creates it again while
+				// the sync that sends the delete runs. If the record was
+				// synced and the sync had planned the delete, it is
+				// stamped above everything the sync receives, and the
+				// row ends exactly as written. Otherwise another device's
+				// record of the same id may merge into it, as two
+				// creations of one id do, and a creation the plan sees is
+				// an edit of the synced record, which keeps the fields
+				// other devices added that this one never saw.
+				count("write during sync: a record deleted and created again")
+				var synced bool
+				d.db.QueryRow(`SELECT NOT is_deleted FROM sync_states WHERE table_name = 'notes' AND record_id = ?`, id).Scan(&synced)
+				synced = synced && p != "fetched"
+				m.writeOp(rt, d, label+"d", id, 0)
+				var created string
+				d.sync(rt, "", p, func() { created = m.writeOp(rt, d, label+"w", id, 1) })
+				// Whatever the sync did, the app's row is what it wrote
+				// (none if the sync failed before the write): no field of
+				// the deleted record returns.
+				var row string
+				err := d.db.QueryRow(`SELECT json(content) FROM notes WHERE id = ?`, id).Scan(&row)
+				if synced && (created == "" && !errors.Is(err, sql.ErrNoRows) || created != "" && (err != nil || row != created)) {
+					rt.Fatalf("%s: %s created again during a sync as %q, holds %q (%v)", d.name, id, created, row, err)
+				}
+				break
+			}
+			d.sync(rt, "", p, func() { m.writeOp(rt, d, label+"w", id, -1) })
 		case 9:
 			// A file delivered again after it was applied: the device
 			// forgets having applied one (chosen by the schedule's
@@ -1321,13 +1376,28 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.hist)) {
-		final, _ := devs[0].local(rt, id)
+		final, present := devs[0].local(rt, id)
+		last := 0
+		for _, h := range m.hist[id] {
+			last = max(last, h[len(h)-1].seq)
+		}
+		if h := m.hist[id][""]; len(h) > 0 && h[len(h)-1].seq == last && h[len(h)-1].sawAll {
+			count("deletes checked")
+			if present {
+				rt.Fatalf("lost delete: %s = %v, deleted last by %s, who had seen every earlier write", id, final, h[len(h)-1].device)
+			}
+		}
+		if !present {
+			continue // hidden under a tombstone: its fields are in sync_states, checked for divergence
+		}
 		for _, p := range harnessPaths {
 			h := m.hist[id][p]
 			if len(h) == 0 {
 				continue
 			}
-			if wr := h[len(h)-1]; wr.sawAll && wr.value != "" {
+			// The last write of a path, a value or a removal, by a device
+			// that had seen every earlier write of it, holds.
+			if wr := h[len(h)-1]; wr.sawAll {
 				count("updates checked")
 				if final[p] != wr.value {
 					rt.Fatalf("lost update: %s.%s = %q, want %q (last written by %s, who had seen every earlier write)", id, p, final[p], wr.value, wr.device)
