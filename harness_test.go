@@ -775,6 +775,13 @@ func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
 		rt.Fatal(err)
 	}
 	rt.Logf("%s: batch on %s: %d keys (add %v)", d.name, id, len(patch), add)
+	// Not a write of a checked path, but a write of the record: a delete
+	// that did not see it does not decide whether the record is shown.
+	if m.hist[id] == nil {
+		m.hist[id] = map[string][]modelWrite{}
+	}
+	m.seq++
+	m.hist[id]["z"] = append(m.hist[id]["z"], modelWrite{seq: m.seq, device: d.name})
 }
 
 type modelWrite struct {
