@@ -55,8 +55,8 @@ import (
 //	go test -run 'TestSchedules/<subtest>' -rapid.seed=<seed> .
 
 var (
-	schedules      = flag.Int("schedules", 0, "randomized schedules for TestSchedules (0: 2000, or 100 with -race)")
-	driveSchedules = flag.Int("drive-schedules", 0, "randomized schedules for TestSchedulesOverDrive (0: 200, or 40 with -race)")
+	schedules      = flag.Int("schedules", 0, "randomized schedules for TestSchedules, in batches of 100 (0: 2000, or 100 with -race)")
+	driveSchedules = flag.Int("drive-schedules", 0, "randomized schedules for TestSchedulesOverDrive, in batches of 100 (0: 200, or 100 with -race)")
 	maxSkew        = flag.Duration("max-skew", 2*time.Hour, "how far a device's clock may be off in the schedules whose devices' clocks disagree")
 )
 
@@ -92,7 +92,7 @@ func TestSchedules(t *testing.T) {
 // DriveRemote, over one fake Drive server that also fails HTTP requests
 // (rate limits, server errors, connections reset mid-body).
 func TestSchedulesOverDrive(t *testing.T) {
-	runSchedules(t, *driveSchedules, 200, 40, true)
+	runSchedules(t, *driveSchedules, 200, 100, true)
 }
 
 // runSchedules runs n schedules (rounded up to whole batches of rapid's
