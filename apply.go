@@ -28,6 +28,10 @@ type applier struct {
 	dirty   bool // another connection committed since the pending rows were read
 	pending map[recordKey]pendingEdit
 	rows    map[recordKey]error // the last write of each app row: nil, or why the table refused it
+	// revived are the records the app edited during the sync while
+	// another device's delete arrived, with the hidden fields their rows
+	// were rebased on (see rebasePending).
+	revived map[recordKey]string
 }
 
 type recordKey struct{ table, record string }
@@ -41,7 +45,7 @@ func (s *syncRun) commit(ctx context.Context, l *listing, f *fetched, p *plan) e
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "apply", Err: err}
 	}
-	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}}
+	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{}}
 	err := a.apply(ctx)
 	if err == nil {
 		err = s.hook("applied")
@@ -70,8 +74,10 @@ func (s *applier) apply(ctx context.Context) error {
 	// If no other connection committed since the pending rows were read,
 	// the app wrote nothing during this sync and no row needs checking.
 	s.dirty = dv != s.p.dataVersion
-	for _, r := range s.report.Skipped {
-		s.pending[recordKey{r.Table, r.Record}] = pendingEdit{} // never overwrite them
+	for key, base := range s.p.skipped {
+		// Not sent: the app's edits stay pending, laid over what this
+		// sync brings (see rebasePending).
+		s.pending[key] = pendingEdit{base: base}
 	}
 	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
 		return err
@@ -102,6 +108,13 @@ func (s *applier) apply(ctx context.Context) error {
 	if err := s.retryUnwritten(ctx); err != nil {
 		return err
 	}
+	for k, base := range s.revived {
+		// The next sync sends the app's edits from the hidden fields:
+		// they bring the record back.
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, k.table, k.record, base); err != nil {
+			return err
+		}
+	}
 	if err := s.recordFiles(ctx); err != nil {
 		return err
 	}
@@ -124,7 +137,18 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		}
 	}
 	if c.flags&planNoop == 0 {
-		if err := s.mergeChange(ctx, st, c, s.e.deviceID); err != nil {
+		// The writes the upload carries for this change (see
+		// ownWrites), stamped as there.
+		writes, err := ownWrites(c, s.limits.MaxRecordSize)
+		if err != nil {
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+		}
+		for _, w := range writes {
+			if err := applyChange(st.node, w, s.e.deviceID); err != nil {
+				return err
+			}
+		}
+		if err := s.storeState(ctx, st, c); err != nil {
 			return err
 		}
 	}
@@ -136,10 +160,14 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		key := recordKey{c.table, c.record}
 		if !same {
 			// Written again while we synced: keep it pending and lay
-			// those writes over the merged state at the end.
+			// those writes (from what the row held when the plan read
+			// it) over the merged state at the end.
 			pe := pendingEdit{}
-			if st.node.exists() {
-				base := st.node.value()
+			if c.base != nil {
+				base, err := jsonv.ParseObject(c.base, jsonv.Options{})
+				if err != nil {
+					return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+				}
 				pe.base = &base
 			}
 			s.pending[key] = pe
@@ -208,9 +236,22 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 		var one int
 		err := s.queryRow(ctx, `SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2`, []any{c.table, c.record}, &one)
 		if err == nil { // the app wrote this record during the sync
-			pe := pendingEdit{}
-			if before != nil {
-				pe.base = before
+			pe := pendingEdit{base: before}
+			// A row the app's table refused still held what it kept,
+			// not the synced state: the app's edits are from that.
+			var kept sql.NullString
+			switch err := s.queryRow(ctx, `SELECT base FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2`, []any{c.table, c.record}, &kept); {
+			case err == nil:
+				pe.base = nil
+				if kept.Valid {
+					v, err := jsonv.ParseObject([]byte(kept.String), jsonv.Options{})
+					if err != nil {
+						return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+					}
+					pe.base = &v
+				}
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
 			}
 			s.pending[key] = pe
 			return nil
@@ -265,13 +306,17 @@ func (s *applier) rebasePending(ctx context.Context) error {
 		}
 		// A record deleted meanwhile by another device comes back whole
 		// with the app's edits of its row: they are stamped after the
-		// delete. A row the app created is exactly what it wrote, also
-		// over a tombstone (the next sync diffs it against the hidden
-		// fields).
+		// delete, and the next sync sends them (from the hidden fields,
+		// recorded as the row's base) as edits, which bring it back. A
+		// row the app created is exactly what it wrote, also over a
+		// tombstone (the next sync sends it as a new record).
 		var merged *jsonv.Value
 		if st.node.exists() || st.node.hasContent() && base != nil {
 			v := st.node.value()
 			merged = &v
+		}
+		if !st.node.exists() && merged != nil {
+			s.revived[k] = string(jsonv.Encode(*merged))
 		}
 		if err := s.writeContent(ctx, t, k.record, layEdits(merged, edits)); err != nil {
 			return err
@@ -597,6 +642,11 @@ func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange
 	if err := applyChange(st.node, c, device); err != nil {
 		return err
 	}
+	return s.storeState(ctx, st, c)
+}
+
+// storeState stores st, the state of c's record, if it changed.
+func (s *syncRun) storeState(ctx context.Context, st *recordState, c fileChange) error {
 	data, clock := encodeState(st.node)
 	if data+"\x00"+clock == st.stored {
 		return nil

@@ -236,33 +236,60 @@ func (f *fetcher) coverMissing(ctx context.Context) error {
 }
 
 // settleChecked keeps as checked only the snapshots whose every named file
-// and snapshot this device holds once the downloads are done. A header
-// read before the downloads counted a file about to be downloaded, or a
-// snapshot about to be checked, as held; if that file was then rejected
-// (and no snapshot could bring it), the device does not hold what the
-// snapshot holds. Recorded as checked, the snapshot would be named as
+// and snapshot this device holds once the downloads are done: applied
+// before, brought by a snapshot loaded now, downloaded now, or itself
+// checked now. A header read before the downloads counted a file about to
+// be downloaded, or a snapshot about to be checked, as held; that file may
+// then have been rejected, and that snapshot rejected or deleted before
+// its header was read. Recorded as checked, the snapshot would be named as
 // known by this device's own snapshots, which would then claim, and let
-// compaction act on, content the device never had. Such a snapshot is
-// left unrecorded (or rejected, if reading it failed) and judged again
-// when next seen.
-func (f *fetcher) settleChecked() {
-	unheld := map[string]bool{}
-	for name := range f.out.rejected {
-		unheld[name] = true
+// compaction act on, content the device never had. So such a snapshot is
+// loaded now, as any snapshot holding what the device lacks is; if it
+// cannot be read, it is rejected and read again later.
+func (f *fetcher) settleChecked(ctx context.Context) error {
+	held := map[string]bool{}
+	for _, d := range f.download {
+		if d.spool != nil {
+			held[d.name] = true
+		}
 	}
+	checked := map[string]bool{}
+	for _, snap := range f.out.checked {
+		checked[snap.Name] = true
+	}
+	holds := func(name string) bool {
+		k, known := f.out.ledger[name]
+		_, rejected := f.out.rejected[name]
+		return !rejected && (f.out.covers[name] || held[name] || checked[name] || known && k.held())
+	}
+	lacking := func(n string) bool { return !holds(n) }
 	for changed := true; changed; {
 		changed = false
+		var unsettled []RemoteFile
 		f.out.checked = slices.DeleteFunc(f.out.checked, func(snap RemoteFile) bool {
-			h, read := f.headers[snap.Name]
-			drop := unheld[snap.Name] || read && (slices.ContainsFunc(h.included, func(n string) bool { return unheld[n] }) ||
-				slices.ContainsFunc(h.knows, func(n string) bool { return unheld[n] }))
-			if drop {
-				unheld[snap.Name] = true
-				changed = true
+			if f.out.covers[snap.Name] {
+				return false // a loaded snapshot knows it: it holds what snap holds
 			}
-			return drop
+			h := f.headers[snap.Name]
+			if !slices.ContainsFunc(h.included, lacking) && !slices.ContainsFunc(h.knows, lacking) {
+				return false
+			}
+			delete(checked, snap.Name)
+			unsettled = append(unsettled, snap)
+			changed = true
+			return true
 		})
+		for _, snap := range unsettled {
+			if _, rejected := f.out.rejected[snap.Name]; rejected || f.out.covers[snap.Name] {
+				continue
+			}
+			f.e.log.Info("drivesync: a snapshot names what this device turned out to lack; loading it", "snapshot", snap.Name)
+			if err := f.loadSnapshot(ctx, snap); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
 }
 
 // recoverForgotten loads what a rejected file held when reading it again

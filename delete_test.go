@@ -1,7 +1,6 @@
 package drivesync
 
 import (
-	"fmt"
 	"testing"
 )
 
@@ -172,32 +171,6 @@ func TestCreateOverTombstoneOfAnotherDevice(t *testing.T) {
 	}
 }
 
-// A database synced by schema 2 stored a delete as the root's stamp, and a
-// record written again after a delete with the delete as the root's floor.
-// Opening it rewrites both clocks in the current form, byte for byte what
-// a device that received the same files stores now.
-func TestSchema2DeleteClocksRewritten(t *testing.T) {
-	d := newDevice(t, "dev-a", NewMemoryRemote())
-	d.exec(`INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted) VALUES
-	('notes', 'gone', '{}', '{"d":["dev-a"],"n":[5,0]}', 5, 'dev-a', 1),
-	('notes', 'back', '{"v":2}', '{"d":["dev-a","dev-b"],"n":[7,1,{},4,0]}', 7, 'dev-b', 0)`)
-	d.exec(`UPDATE sync_meta SET value = '2' WHERE key = 'schema_version'`)
-	d.open()
-	for id, want := range map[string]string{
-		"gone": `{} {"d":["dev-a"],"x":[5,0]} 1`,
-		"back": `{"v":2} {"d":["dev-a","dev-b"],"n":[7,1,{}],"x":[4,0]} 0`,
-	} {
-		var data, clock string
-		var deleted int
-		if err := d.db.QueryRow(`SELECT record_data, clock, is_deleted FROM sync_states WHERE record_id = ?`, id).Scan(&data, &clock, &deleted); err != nil {
-			t.Fatal(err)
-		}
-		if got := fmt.Sprintf("%s %s %d", data, clock, deleted); got != want {
-			t.Errorf("%s: %s, want %s", id, got, want)
-		}
-	}
-}
-
 // A record the app deletes, then creates again while the sync that sends
 // the delete runs, is exactly the new row: no field of the deleted record
 // returns. Before, the row written at the end of that sync laid the new
@@ -224,5 +197,33 @@ func TestReinsertDuringSyncOfDelete(t *testing.T) {
 				t.Errorf("written at %s: %s has %s, want exactly the new row", at, d.name, got)
 			}
 		}
+	}
+}
+
+// A device that edits a record during the sync that receives another
+// device's delete of it brings the record back with its edit, as an edit:
+// a third device's edit made after the delete survives too. (Sent as a
+// new record replacing the old, the edit would have wiped it.)
+func TestEditDuringSyncReceivingDelete(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b, c := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote), newDevice(t, "dev-c", remote)
+	a.put("r", `{"x":1,"y":1,"z":1}`)
+	syncAll(t, a, b, c)
+	b.exec(`DELETE FROM notes WHERE id = 'r'`)
+	b.sync()
+	hooks(a.eng).step = func(p string) error {
+		if p == "planned" {
+			a.exec(`UPDATE notes SET content = jsonb_set(content, '$.z', 3) WHERE id = 'r'`)
+		}
+		return nil
+	}
+	a.sync() // receives the delete; the edit lands during it
+	hooks(a.eng).step = nil
+	c.exec(`UPDATE notes SET content = jsonb_set(content, '$.y', 2) WHERE id = 'r'`)
+	c.sync() // stamped after the delete: brings the record back
+	syncAll(t, a, b, c)
+	assertConverged(t, a, b, c)
+	if got := b.get("r"); got != `{"x":1,"y":2,"z":3}` {
+		t.Fatalf("r = %s, want the record back with both edits", got)
 	}
 }

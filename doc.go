@@ -51,8 +51,8 @@
 //     stamped after it (another device edited the record without having
 //     seen the delete, and synced later) brings the whole record back
 //     with that edit on top; one stamped before it stays hidden. A record
-//     is never re-created in part. A row inserted again over a deleted
-//     one is exactly the new row everywhere. A soft delete (a deleted_at
+//     is never re-created in part. A row inserted again over one the
+//     device saw deleted is exactly the new row everywhere. A soft delete (a deleted_at
 //     field in content) is an ordinary edit.
 //
 // # Values

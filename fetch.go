@@ -143,7 +143,9 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 	if err := f.coverMissing(ctx); err != nil {
 		return nil, err
 	}
-	f.settleChecked()
+	if err := f.settleChecked(ctx); err != nil {
+		return nil, err
+	}
 	f.out.files = f.loaded // snapshots first
 	for _, d := range f.download {
 		if d.spool != nil {

@@ -26,7 +26,11 @@ import (
 //	  ...]}
 //
 // patch is an RFC 7396 merge patch against the record's last synced state;
-// a physical delete has is_deleted true and an empty patch.
+// a physical delete has is_deleted true and an empty patch. A write with
+// "replaces":true (format 2) is a record created again over one its
+// device saw deleted: its patch is the whole record, and every write
+// stamped before it is gone. One change may take several writes of one
+// record, with consecutive versions (see ownWrites).
 
 // patchFormat is the format version this engine writes. It reads every
 // version up to this one and refuses newer ones. Format 2 keeps the layout
@@ -105,6 +109,9 @@ type fileEntry struct {
 	Patch   json.RawMessage `json:"patch"`
 	Deleted bool            `json:"is_deleted"`
 	Version int64           `json:"sync_version"`
+	// Replaces (format 2): the patch is the record's whole content, and
+	// every write stamped before it is gone (see applyChange).
+	Replaces bool `json:"replaces,omitempty"`
 }
 
 // patchWriter streams a patch file.
@@ -128,7 +135,7 @@ func newPatchWriter(w io.Writer, device string) (*patchWriter, error) {
 	return pw, err
 }
 
-func (pw *patchWriter) add(table, record string, patch []byte, deleted bool, version int64) error {
+func (pw *patchWriter) add(table, record string, patch []byte, deleted, replaces bool, version int64) error {
 	b := pw.buf[:0]
 	if pw.n > 0 {
 		b = append(b, ',')
@@ -139,7 +146,11 @@ func (pw *patchWriter) add(table, record string, patch []byte, deleted bool, ver
 	b = jsonv.AppendString(b, record)
 	b = append(b, `,"patch":`...)
 	b = append(b, patch...)
-	b = fmt.Appendf(b, `,"is_deleted":%t,"sync_version":%d}`, deleted, version)
+	b = fmt.Appendf(b, `,"is_deleted":%t,"sync_version":%d`, deleted, version)
+	if replaces {
+		b = append(b, `,"replaces":true`...)
+	}
+	b = append(b, '}')
 	pw.buf = b
 	pw.n++
 	_, err := pw.bw.Write(b)
@@ -173,9 +184,11 @@ type Limits struct {
 	// (DefaultMaxFileSize), MaxExpandedSize its uncompressed size
 	// (DefaultMaxExpandedSize).
 	MaxFileSize, MaxExpandedSize int64
-	// MaxRecordSize bounds one record's content or patch, and twice it
-	// the record's clock (DefaultMaxRecordSize). A local record over it
-	// is not sent (Report.Skipped).
+	// MaxRecordSize bounds one write of a patch file, one record of a
+	// snapshot, and twice it the record's clock (DefaultMaxRecordSize). A
+	// change larger than it goes out as several writes of its members; a
+	// single value over it is not sent (Report.Skipped) and stays
+	// pending.
 	MaxRecordSize int64
 	// MaxSnapshotSize bounds a snapshot or merge file, compressed and
 	// uncompressed (DefaultMaxSnapshotSize).
@@ -191,7 +204,7 @@ type Limits struct {
 const (
 	DefaultMaxFileSize     = 64 << 20  // compressed bytes of one patch file
 	DefaultMaxExpandedSize = 256 << 20 // uncompressed bytes of one patch file
-	DefaultMaxRecordSize   = 4 << 20   // bytes of one record's content or patch
+	DefaultMaxRecordSize   = 4 << 20   // bytes of one write, or one record of a snapshot
 	DefaultMaxSnapshotSize = 16 << 30  // bytes of one snapshot or merge file
 	DefaultMaxHeldFiles    = 1 << 20   // file names in one snapshot header
 	maxRecordIDLen         = 1024
@@ -297,8 +310,16 @@ type fileChange struct {
 	device        string // the writer of a patch; a state record's root stamp device
 	deleted       bool
 	version       int64
-	flags         uint8 // own plan only: planNoop, planRowCanonical
+	flags         uint8 // changeHard, changeReplaces; own plan only: planNoop, planRowCanonical, planNoState
+	// base, own plan only: what the app's row held when the plan read it
+	// (nil: no row), the base of the app's writes during the sync.
+	base []byte
 }
+
+const (
+	changeHard     = 1 << 3 // a delete of format 1, which ended every older write (see applyChange)
+	changeReplaces = 1 << 4 // a patch that replaces the record (fileEntry.Replaces)
+)
 
 const (
 	planNoop         = 1 << 0 // pending record whose content did not change
@@ -376,7 +397,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				if err := dec.Decode(&e); err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
-				c, err := validateEntry(e, maxRecord)
+				c, err := validateEntry(e, format, maxRecord)
 				if err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
@@ -423,7 +444,7 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-func validateEntry(e fileEntry, maxRecord int64) (fileChange, error) {
+func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
 	if err := checkTableName(e.Table); err != nil {
 		return fileChange{}, err
 	}
@@ -439,8 +460,16 @@ func validateEntry(e fileEntry, maxRecord int64) (fileChange, error) {
 		return fileChange{}, fmt.Errorf("%w: patch of %s/%s has %d bytes, over the %d-byte record limit", errTooLarge, e.Table, e.Record, len(e.Patch), maxRecord)
 	}
 	c := fileChange{table: e.Table, record: e.Record, deleted: e.Deleted, version: e.Version, patch: []byte("{}")}
+	switch {
+	case e.Replaces && (format < 2 || e.Deleted || e.Version < 2):
+		return fileChange{}, fmt.Errorf("%s/%s: a replacing patch must be a format 2 write of version 2 or more", e.Table, e.Record)
+	case e.Replaces:
+		c.flags |= changeReplaces
+	case e.Deleted && format == 1:
+		c.flags |= changeHard
+	}
 	if e.Deleted {
-		return c, nil // a delete ends every older write; its patch cannot matter
+		return c, nil // its patch cannot matter
 	}
 	p, err := jsonv.ParseObject(e.Patch, jsonv.Options{KeepNulls: true})
 	if err != nil {
@@ -485,11 +514,13 @@ func (s *spool) add(c fileChange) error {
 	b = append(b, c.patch...)
 	b = binary.AppendUvarint(b, uint64(len(c.device)))
 	b = append(b, c.device...)
-	if c.clock == nil {
-		b = append(b, 0)
-	} else {
-		b = binary.AppendUvarint(b, uint64(len(c.clock))+1)
-		b = append(b, c.clock...)
+	for _, opt := range [][]byte{c.clock, c.base} {
+		if opt == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(len(opt))+1)
+		b = append(b, opt...)
 	}
 	s.buf = b
 	s.n++
@@ -543,14 +574,16 @@ func (s *spool) each(fn func(fileChange) error) error {
 		if c.device, err = str(); err != nil {
 			return fmt.Errorf("drivesync: read spool: %w", err)
 		}
-		n, err := binary.ReadUvarint(r)
-		if err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		if n > 0 {
-			c.clock = make([]byte, n-1)
-			if _, err := io.ReadFull(r, c.clock); err != nil {
+		for _, opt := range []*[]byte{&c.clock, &c.base} {
+			n, err := binary.ReadUvarint(r)
+			if err != nil {
 				return fmt.Errorf("drivesync: read spool: %w", err)
+			}
+			if n > 0 {
+				*opt = make([]byte, n-1)
+				if _, err := io.ReadFull(r, *opt); err != nil {
+					return fmt.Errorf("drivesync: read spool: %w", err)
+				}
 			}
 		}
 		if err := fn(c); err != nil {

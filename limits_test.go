@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+	"pgregory.net/rapid"
 )
 
 // A store's limits come from its marker, whatever each device's Config
@@ -178,4 +181,99 @@ func TestMergedRecordOverLimitTakesEdits(t *testing.T) {
 	}
 	b.sync()
 	assertConverged(t, a, b)
+}
+
+// A record whose change is over MaxRecordSize is skipped and stays
+// pending; its row is laid over what the sync brings. Before, the whole
+// row was laid over the synced state with no base, so a key the app had
+// removed from the row came back from the synced state, and the app's
+// removal was lost. Now the skipped record's edits are taken from what its
+// row showed before them.
+func TestSkippedRecordKeepsRemovedKey(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	a.cfg.Limits = Limits{MaxRecordSize: 2048}
+	a.open()
+	b := newDevice(t, "dev-b", remote)
+	a.put("r", `{"keep":1,"secret":"remove me"}`)
+	syncAll(t, a, b)
+
+	// The app removes "secret" and adds a field too large to sync.
+	big := strings.Repeat("x", 4096)
+	a.put("r", `{"keep":1,"note":"`+big+`"}`)
+	b.put("other", `{"v":1}`) // something for a to receive, so its sync commits
+	b.sync()
+	r := a.sync()
+	if len(r.Skipped) != 1 {
+		t.Fatalf("setup: want r skipped, got %v", r.Skipped)
+	}
+	if got := a.get("r"); strings.Contains(got, "secret") {
+		t.Errorf("a's row got the removed key back: %.80s...", got)
+	}
+	// The app shortens the note; the removal of "secret" is never sent.
+	a.put("r", strings.Replace(a.get("r"), big, "short", 1))
+	syncAll(t, a, b)
+	if got := b.get("r"); strings.Contains(got, "secret") {
+		t.Errorf("b: r = %s, the app removed \"secret\"", got)
+	}
+}
+
+// A change larger than the store's record limit, made of members each
+// within it, goes out as several writes of those members: the record is
+// not left pending for ever (before, it was skipped until the app made the
+// change smaller), and every device ends with exactly the whole change.
+func TestLargeChangeSentInParts(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	a.cfg.Limits = Limits{MaxRecordSize: 1024}
+	a.open()
+	b := newDevice(t, "dev-b", remote)
+	var keys, tags []string
+	for i := range 40 {
+		keys = append(keys, fmt.Sprintf(`"key_%02d_with_a_long_name":"value %d"`, i, i))
+		tags = append(tags, fmt.Sprintf(`"tag-%02d-0123456789abcdef":{"name":"tag %d"}`, i, i))
+	}
+	a.put("r", `{"title":"t",`+strings.Join(keys, ",")+`,"tags":{`+strings.Join(tags, ",")+`}}`)
+	r := a.sync()
+	if len(r.Skipped) != 0 || r.ChangesSent < 3 {
+		t.Fatalf("sent %d changes, skipped %v: want the record in several writes", r.ChangesSent, r.Skipped)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	// Remove every key: the removal is over the limit too.
+	a.put("r", `{"title":"t2"}`)
+	if r := a.sync(); len(r.Skipped) != 0 {
+		t.Fatalf("skipped %v", r.Skipped)
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if got := b.get("r"); got != `{"title":"t2"}` {
+		t.Fatalf("b: r = %s", got)
+	}
+}
+
+// splitPatch's parts, applied in order, write exactly what the whole patch
+// writes, and each fits the limit.
+func TestSplitPatchEqualsWhole(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		base := mustObject(t, genObject(t, 0, "base"), true)
+		patch := mustObject(t, genObject(t, 0, "patch"), true)
+		limit := int64(rapid.IntRange(12, 80).Draw(t, "limit"))
+		parts, err := splitPatch(patch, limit)
+		if err != nil {
+			t.Skip("a value over the limit")
+		}
+		whole := newRecordState(base, stamp{1, "d"})
+		whole.applyPatch(patch, stamp{2, "d"})
+		split := newRecordState(base, stamp{1, "d"})
+		for i, p := range parts {
+			if n := int64(len(jsonv.Encode(p))); n > limit {
+				t.Fatalf("part %s has %d bytes, over %d", jsonv.Encode(p), n, limit)
+			}
+			split.applyPatch(p, stamp{int64(2 + i), "d"})
+		}
+		if got, want := string(jsonv.Encode(split.value())), string(jsonv.Encode(whole.value())); got != want {
+			t.Fatalf("parts %v give %s, the whole patch %s", parts, got, want)
+		}
+	})
 }

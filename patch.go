@@ -31,9 +31,10 @@ import (
 //     device that edited the record without seeing the delete sent only
 //     its edit, and the fields it did not touch must not be lost), and a
 //     write stamped before it merges into the hidden fields and stays
-//     hidden. A device that re-creates a record it saw deleted diffs the
-//     new row against the hidden fields, so the record comes back as
-//     exactly the new row. A record is never re-created in part.
+//     hidden. A record is never re-created in part. A device that
+//     creates a record again over one it saw deleted sends a replacing
+//     write: a reset (a removal at the root, stamped just before it) and
+//     the whole new row, so no field written before it returns.
 //
 // Removed paths keep a tombstone stamp so that an older write arriving
 // late stays removed.
@@ -92,6 +93,16 @@ func (n *node) applyDelete(t stamp) {
 	if n.gone.less(t) {
 		n.gone = t
 	}
+}
+
+// hardDelete applies a delete of patch format 1, which the previous engine
+// applied as a removal at the root: it ended every write stamped before
+// it, fields included, and a record written again afterwards held only
+// what was written after it. Files of that format keep that meaning, so
+// that every device stores the same for them, whichever engine applied
+// them.
+func (n *node) hardDelete(t stamp) {
+	n.reset(absentNode, nil, t)
 }
 
 // reset applies a leaf write (kind leafNode) or a removal (absentNode).
@@ -238,9 +249,10 @@ func newRecordState(patch jsonv.Value, t stamp) *node {
 // delete, left out when there is none; "n" is left out when no write has
 // reached the record, only a delete.
 //
-// Format 1 of the engine stored a deleted record as "n":[version, device]
-// alone, its fields dropped: decodeState reads that as a delete with no
-// content.
+// A root stored as [version, device] was reset by a delete of format 1
+// (see hardDelete), which dropped its fields; a root's floor is such a
+// reset, or the reset of a replacing patch. Format 1 of the engine stored
+// clocks the same way, without "x".
 
 func encodeClock(root *node) []byte {
 	devs := map[string]int{}
@@ -382,38 +394,21 @@ func decodeState(content jsonv.Value, clock []byte, deleted bool) (*node, error)
 		gone = c.stamp
 	}
 	root := &node{}
-	switch {
-	case !okN:
-		if len(content.Members) != 0 {
-			return nil, errBadClock // content with no stamp
-		}
-	case deleted && !okX && len(content.Members) == 0:
-		// Format 1: a deleted record kept only its delete's stamp.
+	if okN {
 		c, err := parseClockNode(nv.Leaf, devs)
-		if err != nil || c.kids != nil {
-			return nil, errBadClock
-		}
-		gone = c.stamp
-	default:
-		if root, err = buildNode(content, nv.Leaf, devs, stamp{}, true); err != nil {
+		if err != nil {
 			return nil, err
 		}
-		if root.kind != objectNode {
-			return nil, errBadClock
+		if c.kids == nil {
+			// A record reset by a delete of format 1 (see hardDelete):
+			// the delete's stamp, no content.
+			root = &node{kind: absentNode, stamp: c.stamp}
+		} else if root, err = buildNode(content, nv.Leaf, devs, stamp{}, true); err != nil {
+			return nil, err
 		}
-		if !root.floor.isZero() {
-			// Format 1: a record re-created after a delete kept the
-			// delete as its root's floor, below every member.
-			for _, k := range root.kids {
-				if !root.floor.less(k.node.stamp) {
-					return nil, errBadClock
-				}
-			}
-			if gone.less(root.floor) {
-				gone = root.floor
-			}
-			root.floor = stamp{}
-		}
+	}
+	if !root.hasContent() && len(content.Members) != 0 {
+		return nil, errBadClock // content with no stamp
 	}
 	root.gone = gone
 	if deleted == root.exists() {
@@ -564,7 +559,7 @@ func (n *node) replay(o *node, path []string) {
 func (n *node) writeAt(path []string, v jsonv.Value, t stamp) {
 	if len(path) == 0 {
 		if v.IsNull() {
-			n.applyDelete(t)
+			n.reset(absentNode, nil, t) // a reset of the root (hardDelete); merge takes its gone
 		} else {
 			n.applyPatch(v, t)
 		}
@@ -590,13 +585,22 @@ func applyChange(n *node, c fileChange, device string) error {
 		return nil
 	}
 	at := stamp{version: c.version, device: device}
-	if c.deleted {
+	switch {
+	case c.deleted && c.flags&changeHard != 0:
+		n.hardDelete(at)
+		return nil
+	case c.deleted:
 		n.applyDelete(at)
 		return nil
 	}
 	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
 	if err != nil {
 		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	if c.flags&changeReplaces != 0 {
+		// The version before the patch's, by the same device, stamps
+		// the reset: every older write is gone, the patch is the record.
+		n.reset(absentNode, nil, stamp{version: c.version - 1, device: device})
 	}
 	n.applyPatch(p, at)
 	return nil

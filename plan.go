@@ -23,6 +23,10 @@ type plan struct {
 	base        int64    // sync_meta.max_version when the plan was made
 	maxSeen     int64    // the largest version seen in the files or stamped here
 	dataVersion int64    // PRAGMA data_version when the pending rows were read
+	// skipped are the pending records not sent (Report.Skipped), with what
+	// their rows showed before the app's edits (nil: no row): the base of
+	// those edits, which stay pending.
+	skipped map[recordKey]*jsonv.Value
 }
 
 // plan reads every pending record in one read transaction, diffs it
@@ -30,7 +34,7 @@ type plan struct {
 // sync_states hold, and writes them to the plan and the upload file.
 func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	e := s.e
-	p := &plan{}
+	p := &plan{skipped: map[recordKey]*jsonv.Value{}}
 	if err := s.conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&p.dataVersion); err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
@@ -63,21 +67,33 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 			}
 			c, skip := s.planRecord(t, r)
 			if skip {
+				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
 			}
 			if c.flags&planNoop == 0 {
-				c.version = versions.take()
+				if c.flags&changeReplaces != 0 {
+					versions.take() // stamps the reset, the version before the write's
+				}
+				c.version = versions.peek()
+				writes, err := ownWrites(c, s.limits.MaxRecordSize)
+				if err != nil {
+					rows.Close()
+					return nil, &Error{Op: "write upload", Table: t.name, Record: r.id, Err: err}
+				}
 				if pw == nil {
 					if pw, err = s.newUpload(p); err != nil {
 						rows.Close()
 						return nil, err
 					}
 				}
-				if err := pw.add(c.table, c.record, c.patch, c.deleted, c.version); err != nil {
-					rows.Close()
-					return nil, &Error{Op: "write upload", Err: err}
+				for _, w := range writes {
+					w.version = versions.take()
+					if err := pw.add(w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version); err != nil {
+						rows.Close()
+						return nil, &Error{Op: "write upload", Err: err}
+					}
+					p.sent++
 				}
-				p.sent++
 			}
 			if err := p.changes.add(c); err != nil {
 				rows.Close()
@@ -138,6 +154,26 @@ type pendingRow struct {
 	base    sql.NullString
 }
 
+// shown returns what the record's row showed before the app's pending
+// edits: what the engine last wrote to it, the synced state, or, if the
+// app's table refused that write, what it kept (nil: no row).
+func (r pendingRow) shown() *jsonv.Value {
+	text := r.synced
+	if r.refused {
+		text = r.base
+	} else if r.syncedDeleted {
+		return nil
+	}
+	if !text.Valid {
+		return nil
+	}
+	v, err := jsonv.ParseObject([]byte(text.String), jsonv.Options{})
+	if err != nil {
+		return nil
+	}
+	return &v
+}
+
 // planRecord turns one pending record into a planned change. skip is set
 // (and the record reported) when its content cannot be synced.
 func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip bool) {
@@ -146,9 +182,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 	if !synced.Valid {
 		c.flags |= planNoState
 	}
-	// old is the synced content: shown, or hidden under a tombstone. A
-	// row written over a tombstone is diffed against the hidden fields,
-	// so that the record comes back as exactly the row.
+	// old is the synced content: shown, or hidden under a tombstone.
 	var old *jsonv.Value
 	if synced.Valid {
 		v, err := jsonv.ParseObject([]byte(synced.String), jsonv.Options{})
@@ -173,13 +207,22 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 			s.skipRecord(t.name, id, fmt.Errorf("content is not a JSON object: %w", err))
 			return c, true
 		}
+		c.base = []byte(content.String)
 		if p.refused {
-			// The row still shows what it showed before the refused
-			// write: the app's edits are its difference from that,
-			// laid over the synced state. Diffing the row against the
-			// synced state would send back the old values of fields
-			// other devices changed.
-			cur = layEdits(old, editsSince(p.base, cur))
+			// The row still shows what it showed before a write the
+			// engine could not make (the table refused it, or did not
+			// sync then): the app's edits are its difference from
+			// that, laid over the synced state. Diffing the row
+			// against the synced state would send back the old values
+			// of fields other devices changed.
+			edits := editsSince(p.base, cur)
+			if len(edits.Members) == 0 {
+				// No edit: the row only shows a state the engine will
+				// write now (see retryUnwritten).
+				c.flags = planNoop
+				break
+			}
+			cur = layEdits(old, edits)
 			rowCanonical = false // the row is rewritten with the result
 		}
 		enc := jsonv.Encode(cur)
@@ -189,9 +232,17 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 		switch {
 		case old == nil:
 			c.patch = enc
-		case syncedDeleted:
-			// Even an empty patch is a write: it brings the record back.
+		case syncedDeleted && p.refused:
+			// Edits of a row that did not show the delete: they bring
+			// the record back whole, with them on top.
 			c.patch = jsonv.Encode(diff(*old, cur))
+		case syncedDeleted:
+			// A row written over a record this device saw deleted is a
+			// new record: the patch replaces it whole, and no field
+			// written before, hidden under the tombstone or not yet
+			// received, comes back.
+			c.patch = enc
+			c.flags |= changeReplaces
 		default:
 			if d := diff(*old, cur); len(d.Members) > 0 {
 				c.patch = jsonv.Encode(d)
@@ -200,13 +251,90 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 			}
 		}
 	}
-	// What readers bound is the patch: a record that merges from several
-	// devices may grow past the limit, and must still take small edits.
-	if n := int64(len(c.patch)); n > s.limits.MaxRecordSize {
-		s.skipRecord(t.name, id, fmt.Errorf("the change has %d bytes, over the store's MaxRecordSize (%d)", n, s.limits.MaxRecordSize))
-		return c, true
+	// What readers bound is each write: a record that merges from several
+	// devices may grow past the limit and must still take edits, and a
+	// change over it goes out as several writes of its members.
+	if c.flags&planNoop == 0 && !c.deleted {
+		if _, err := ownWrites(c, s.limits.MaxRecordSize); err != nil {
+			s.skipRecord(t.name, id, err)
+			return c, true
+		}
 	}
 	return c, false
+}
+
+// ownWrites returns the writes that carry planned change c in a patch
+// file, each within the store's record limit: c itself if it fits, else
+// its members split into several patches (an object member too large for
+// one, into patches of its own members), stamped with consecutive
+// versions from c.version, which together write exactly what c writes. A
+// replacing change resets the record before its first write. It fails
+// only when a single value is over the limit.
+func ownWrites(c fileChange, limit int64) ([]fileChange, error) {
+	if c.deleted || int64(len(c.patch)) <= limit {
+		return []fileChange{c}, nil
+	}
+	p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
+	if err != nil {
+		return nil, err
+	}
+	parts, err := splitPatch(p, limit)
+	if err != nil {
+		return nil, err
+	}
+	writes := make([]fileChange, len(parts))
+	for i, part := range parts {
+		w := c
+		w.patch = jsonv.Encode(part)
+		w.version = c.version + int64(i)
+		if i > 0 {
+			w.flags &^= changeReplaces
+		}
+		writes[i] = w
+	}
+	return writes, nil
+}
+
+// splitPatch splits merge patch p into patches whose encodings fit in
+// limit bytes and that, applied in order, write what p writes: its members
+// in groups, a member too large for one group split the same way below
+// its key. It fails for a value that is not an object and does not fit.
+func splitPatch(p jsonv.Value, limit int64) ([]jsonv.Value, error) {
+	var parts []jsonv.Value
+	var cur []jsonv.Member
+	var size int64 = 2 // {}
+	flush := func() {
+		if len(cur) > 0 {
+			parts = append(parts, jsonv.Value{Members: cur})
+			cur, size = nil, 2
+		}
+	}
+	for _, m := range p.Members {
+		one := jsonv.Value{Members: []jsonv.Member{m}}
+		n := int64(len(jsonv.Encode(one))) - 2 // the member, without its braces
+		switch {
+		case n+2 <= limit:
+			if size+n+1 > limit {
+				flush()
+			}
+			cur = append(cur, m)
+			size += n + 1
+		case m.Value.IsObject() && len(m.Value.Members) > 0:
+			flush()
+			key := int64(len(jsonv.AppendString(nil, m.Key))) + 3 // "key":{...}, in its own braces
+			sub, err := splitPatch(m.Value, limit-key)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%w", m.Key, err)
+			}
+			for _, s := range sub {
+				parts = append(parts, jsonv.Value{Members: []jsonv.Member{{Key: m.Key, Value: s}}})
+			}
+		default:
+			return nil, fmt.Errorf("%s has %d bytes, over the store's MaxRecordSize (%d)", m.Key, n, limit)
+		}
+	}
+	flush()
+	return parts, nil
 }
 
 func (s *syncRun) skipRecord(table, id string, err error) {

@@ -281,3 +281,95 @@ func TestSnapshotNotCheckedWhenItsFileIsRejected(t *testing.T) {
 	syncAll(t, a, b)
 	assertConverged(t, a, b)
 }
+
+// A snapshot that lists, in its header, an older snapshot that
+// is listed now is recorded as checked on the strength of that older one
+// being "checked later in this sync". If the older one is deleted (a
+// compaction by its writer, or a listing that still shows a deleted file)
+// before its header is read, it is neither checked nor rejected, and the
+// newer snapshot stays recorded as checked although this device never held
+// what the older one held. Files compacted on the older one's authority
+// never reach this device.
+
+// goneOnOpen is a device's view of a remote on which another device
+// compacts while this one syncs: before is run when the named file is
+// opened the first time.
+type goneOnOpen struct {
+	Remote
+	mu     sync.Mutex
+	name   string
+	before func()
+}
+
+func (g *goneOnOpen) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	g.mu.Lock()
+	fn := g.before
+	if name == g.name && fn != nil {
+		g.before = nil
+	}
+	g.mu.Unlock()
+	if name == g.name && fn != nil {
+		fn()
+	}
+	return g.Remote.Open(ctx, name)
+}
+
+// Before, the newer snapshot was recorded as checked; files compacted on
+// the older one's authority never reached this device.
+func TestSnapshotGoneWhileCheckingNotChecked(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	view := &goneOnOpen{Remote: mem}
+	a := newDevice(t, "dev-a", mem)
+	x := newDevice(t, "dev-x", view)
+	withRetention(a, time.Hour)
+	withRetention(x, time.Hour)
+
+	a.put("r0", `{"v":0}`)
+	a.sync()
+	x.sync() // x has synced state: it is not a new device
+
+	clk.add(time.Minute)
+	a.put("r1", `{"v":1}`) // x is offline from here on
+	a.sync()
+
+	clk.add(2 * time.Hour)
+	r, err := a.eng.Snapshot(context.Background()) // S2: holds r1's file
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := r.Snapshot
+	clk.add(20 * time.Minute)
+	r = a.sync() // compacts on S2: r0's and r1's files go
+	t.Logf("a compacted %d files on %s", r.Deleted, s2)
+	if r.Deleted == 0 {
+		t.Fatal("setup: nothing compacted")
+	}
+	clk.add(time.Hour)
+	r, err = a.eng.Snapshot(context.Background()) // S1: knows S2
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := r.Snapshot
+	clk.add(20 * time.Minute)
+
+	// x comes back and lists S1 and S2. Between its listing and its read
+	// of S2, a compacts on S1's authority, which deletes S2 (S1 knows it).
+	view.name = s2
+	view.before = func() {
+		r := a.sync()
+		t.Logf("a compacted %d files while x synced", r.Deleted)
+	}
+	rx := x.sync()
+	t.Logf("x: downloaded %v, rejected %v", rx.Downloaded, rx.Rejected)
+	var status string
+	x.db.QueryRow(`SELECT status FROM sync_files WHERE name = ?`, s1).Scan(&status)
+	t.Logf("x records %s as %q", s1, status)
+
+	syncAll(t, a, x)
+	if got := x.get("r1"); got != `{"v":1}` {
+		t.Errorf("x: r1 = %q, want {\"v\":1}: its file was compacted and the snapshot holding it was never loaded", got)
+	}
+	assertConverged(t, a, x)
+}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/drivesync/drivesync/internal/jsonv"
 	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
@@ -106,7 +105,7 @@ const (
 	metaPruned     = "ledger_pruned" // the month (remote time) sync_files was last pruned
 	metaUploads    = "uploads_since" // remote time sync_uploaded began: older files are not judged
 	metaRemoteID   = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
-	schemaVersion  = "3"
+	schemaVersion  = "2"
 )
 
 // sync_files.status values. A patch or merge file is applied or rejected.
@@ -126,7 +125,6 @@ const (
 var migrations = []struct {
 	version int
 	sql     []string
-	run     func(ctx context.Context, q querier) error
 }{
 	// Schema 1 recorded every snapshot seen as applied, even one whose
 	// header alone was read: none of them is known to be complete.
@@ -134,54 +132,6 @@ var migrations = []struct {
 		`ALTER TABLE sync_files ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0`,
 		`UPDATE sync_files SET status = 'checked' WHERE status = 'applied' AND name LIKE '%/snapshot\_%' ESCAPE '\'`,
 	}},
-	// Schema 2 stored a physical delete as the root's stamp (and, once
-	// the record was written again, as the root's floor): clocks now
-	// keep it apart, in "x" (see decodeState, which reads both forms).
-	// Every device stores the new form, byte for byte.
-	{version: 3, run: rewriteDeleteClocks},
-}
-
-// rewriteDeleteClocks stores the clocks of records deleted (or deleted and
-// written again) under schema 2 in their current form.
-func rewriteDeleteClocks(ctx context.Context, q querier) error {
-	rows, err := q.QueryContext(ctx, `SELECT table_name, record_id, record_data, clock, is_deleted FROM sync_states
-WHERE is_deleted OR json_array_length(clock, '$.n') = 5`)
-	if err != nil {
-		return err
-	}
-	type state struct {
-		table, record, data, clock string
-		deleted                    bool
-	}
-	var old []state
-	for rows.Next() {
-		var st state
-		if err := rows.Scan(&st.table, &st.record, &st.data, &st.clock, &st.deleted); err != nil {
-			rows.Close()
-			return err
-		}
-		old = append(old, st)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, st := range old {
-		content, err := jsonv.ParseObject([]byte(st.data), jsonv.Options{})
-		if err != nil {
-			return fmt.Errorf("sync_states %s/%s: %w", st.table, st.record, err)
-		}
-		n, err := decodeState(content, []byte(st.clock), st.deleted)
-		if err != nil {
-			return fmt.Errorf("sync_states %s/%s: %w", st.table, st.record, err)
-		}
-		data, clock := encodeState(n)
-		if _, err := q.ExecContext(ctx, `UPDATE sync_states SET record_data = ?3, clock = ?4 WHERE table_name = ?1 AND record_id = ?2`,
-			st.table, st.record, data, clock); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Names of the engine's tables, which an app table may not use.
@@ -372,11 +322,6 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 			}
 			for _, stmt := range m.sql {
 				if _, err := q.ExecContext(ctx, stmt); err != nil {
-					return "", fmt.Errorf("drivesync: upgrade schema %s to %d: %w", from, m.version, err)
-				}
-			}
-			if m.run != nil {
-				if err := m.run(ctx, q); err != nil {
 					return "", fmt.Errorf("drivesync: upgrade schema %s to %d: %w", from, m.version, err)
 				}
 			}

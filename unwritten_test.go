@@ -173,3 +173,84 @@ func TestEditOfRefusedRow(t *testing.T) {
 		t.Fatalf("b: n1 = %s, want %s (a's edit of x on top of b's edits)", got, want)
 	}
 }
+
+// A row the app's table refused still shows its old content
+// (sync_unwritten.base); planRecord knows that the app's edits are the
+// difference from that base. But when the app writes such a record again
+// while the sync that sends its first edit runs, rebasePending takes the
+// merged synced state as the row's base, so the old values the row still
+// showed count as the app's edits: the row is written with them, and the
+// next sync sends them, overwriting another device's newer values
+// everywhere. Now the app's edits during the sync are taken from what its
+// row held when the plan read it.
+
+const checkedNotesSchema = `CREATE TABLE IF NOT EXISTS notes (
+	id TEXT PRIMARY KEY,
+	content JSONB NOT NULL,
+	title TEXT,
+	display_order INTEGER CHECK (display_order IS NULL OR display_order < 100)
+)`
+
+func TestRefusedRowWrittenDuringSyncKeepsOthersValues(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)                     // accepts any display_order
+	b := newDevice(t, "dev-b", remote, checkedNotesSchema) // an app version that checks it
+	a.put("r", `{"title":"t","display_order":1,"body":"1"}`)
+	syncAll(t, a, b)
+
+	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.display_order', 500), display_order = 500 WHERE id = 'r'`)
+	a.sync()
+	if r := b.sync(); len(r.Unwritten) != 1 {
+		t.Fatalf("setup: b should refuse r, got %v", r.Unwritten)
+	}
+
+	// The user of b edits the body (the row still shows display_order 1),
+	// and edits it again while the sync that sends the first edit runs.
+	b.exec(`UPDATE notes SET content = jsonb_set(content, '$.body', '2') WHERE id = 'r'`)
+	hooks(b.eng).step = func(point string) error {
+		if point == "planned" {
+			b.exec(`UPDATE notes SET content = jsonb_set(content, '$.body', '3') WHERE id = 'r'`)
+		}
+		return nil
+	}
+	b.sync()
+	hooks(b.eng).step = nil
+	b.sync()
+	a.sync()
+	if got := a.get("r"); got != `{"body":"3","display_order":500,"title":"t"}` {
+		t.Errorf("a: r = %s: b never changed display_order, yet a's 500 was overwritten by the old value b's row still showed", got)
+	}
+}
+
+// The same through applyReceived: the record is not pending when the sync
+// plans, another device's change to it arrives, and the app edits the row
+// during the sync. pendingEdit.base is the synced state from before the
+// change, not what the refused row shows.
+func TestRefusedRowWrittenWhileReceivingKeepsOthersValues(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	b := newDevice(t, "dev-b", remote, checkedNotesSchema)
+	a.put("r", `{"title":"t","display_order":1,"body":"1"}`)
+	syncAll(t, a, b)
+
+	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.display_order', 500), display_order = 500 WHERE id = 'r'`)
+	a.sync()
+	if r := b.sync(); len(r.Unwritten) != 1 {
+		t.Fatalf("setup: b should refuse r, got %v", r.Unwritten)
+	}
+	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.title', 'u') WHERE id = 'r'`)
+	a.sync()
+	hooks(b.eng).step = func(point string) error {
+		if point == "planned" {
+			b.exec(`UPDATE notes SET content = jsonb_set(content, '$.body', '3') WHERE id = 'r'`)
+		}
+		return nil
+	}
+	b.sync()
+	hooks(b.eng).step = nil
+	b.sync()
+	a.sync()
+	if got := a.get("r"); got != `{"body":"3","display_order":500,"title":"u"}` {
+		t.Errorf("a: r = %s: b only edited the body, yet a's display_order 500 was overwritten by the old value b's refused row showed", got)
+	}
+}
