@@ -165,6 +165,10 @@ type world struct {
 	// for their versions; they stay rejected after quiescence.
 	hostile       map[string]bool
 	hostileJumped bool // a hostile file within the version bound was written
+	// interleave, while faults are on, runs another device's sync or
+	// Snapshot in the middle of this device's reading of a snapshot: a
+	// compaction that deletes files this sync listed but has not read.
+	interleave func(reader string)
 }
 
 // damage is how one device reads one file for a while.
@@ -253,6 +257,9 @@ func (r *harnessRemote) List(ctx context.Context, since time.Time) ([]RemoteFile
 func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if r.w.roll("open fails", 0.05) {
 		return nil, errFault
+	}
+	if strings.Contains(name, "/snapshot_") && r.w.interleave != nil && r.w.roll("another device syncs while this one reads a snapshot", 0.1) {
+		r.w.interleave(r.device)
 	}
 	rc, err := r.base.Open(ctx, name)
 	if err != nil {
@@ -992,6 +999,34 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		addDevice().open(rt)
 	}
 	m := &model{hist: map[string]map[string][]modelWrite{}, batches: smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0}
+	// Interleaved syncs run without crashes or app writes: the devices'
+	// state during them is the schedule's, which a crash would undo.
+	nested := false
+	w.interleave = func(reader string) {
+		if nested {
+			return
+		}
+		w.mu.Lock()
+		i, snapshot := w.rng.IntN(len(devs)), w.rng.IntN(2) == 0
+		w.mu.Unlock()
+		d := devs[i]
+		if d.name == reader || d.eng == nil {
+			return
+		}
+		nested = true
+		defer func() { nested = false }()
+		var r Report
+		var err error
+		if snapshot {
+			r, err = d.eng.Snapshot(context.Background())
+		} else {
+			r, err = d.eng.Sync(context.Background())
+		}
+		rt.Logf("  (while %s reads) %s: Snapshot %v -> downloaded %v, snapshot %q, deleted %d, err %v", reader, d.name, snapshot, r.Downloaded, r.Snapshot, r.Deleted, err)
+		if r.Deleted > 0 {
+			count("compactions while another device reads a snapshot")
+		}
+	}
 	w.faults = true
 	// A device goes offline across two compactions in about a quarter of
 	// the schedules (it takes several syncs), and at most two devices
