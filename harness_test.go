@@ -804,6 +804,20 @@ type modelWrite struct {
 // of any path, and the model records it under the path "", seen as a
 // whole (sawAll: the device had seen every earlier write to the record).
 
+// lastEvent returns the last write or delete of record id in the model.
+func (m *model) lastEvent(id string) (last struct {
+	device  string
+	deleted bool
+}) {
+	seq := 0
+	for p, h := range m.hist[id] {
+		if w := h[len(h)-1]; w.seq > seq {
+			seq, last.device, last.deleted = w.seq, w.device, p == ""
+		}
+	}
+	return last
+}
+
 var harnessRecords = []string{"r0", "r1", "r2", "r3"}
 var harnessPaths = []string{"a", "b", "n.x", "n.y", "deleted_at"}
 
@@ -871,7 +885,7 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 		p := rapid.SampledFrom(harnessPaths).Draw(rt, label+"path")
 		d.setNotePath(rt, id, "$."+p, val)
 		written[p] = val
-		if h := m.hist[id]["a"]; len(h) > 0 && h[len(h)-1].value == "" && h[len(h)-1].device != d.name {
+		if m.lastEvent(id).device != d.name && m.lastEvent(id).deleted {
 			count("write: an edit of a record another device deleted")
 		}
 	}
