@@ -617,6 +617,11 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		count("sync stopped: a listed file was compacted, no snapshot listed holds it")
 	}
 	if errors.Is(err, errUnreadableState) {
+		// Refused for its size only: a state the merge rules built must
+		// always read back.
+		if !errors.Is(err, ErrFileTooLarge) {
+			rt.Fatalf("%s: a snapshot was refused for something other than its size: %v", d.name, err)
+		}
 		count("snapshot refused: over the store's limits")
 		if snapshot {
 			return r, err // Engine.Snapshot says so; a monthly one only logs

@@ -292,7 +292,7 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	}
 	n, err := decodeState(content, e.Clock, e.Deleted)
 	if err == nil {
-		err = checkClock(n, stamp{version: maxVersion + 1}, devices)
+		err = checkRecordClock(n, devices)
 	}
 	if err != nil {
 		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
@@ -300,6 +300,34 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	data, clock := encodeState(n)
 	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
 		deleted: !n.exists(), version: n.newest().version, device: n.newest().device}, nil
+}
+
+// checkRecordClock checks a record's state as checkClock does, and its
+// delete's stamp. A record may be known only by its delete (a device that
+// received the delete before the record's writes): no stamp but that one.
+func checkRecordClock(n *node, devices map[string]bool) error {
+	if !n.gone.isZero() {
+		if err := checkStamp(n.gone, devices); err != nil {
+			return err
+		}
+		if n.stamp.isZero() && n.kind == absentNode {
+			return nil
+		}
+	}
+	return checkClock(n, stamp{version: maxVersion + 1}, devices)
+}
+
+func checkStamp(s stamp, devices map[string]bool) error {
+	if s.version < 1 || s.version > maxVersion {
+		return fmt.Errorf("%w: version %d out of range", errBadClock, s.version)
+	}
+	if !devices[s.device] {
+		if checkDeviceID(s.device) != nil {
+			return fmt.Errorf("%w: device %q", errBadClock, s.device)
+		}
+		devices[s.device] = true
+	}
+	return nil
 }
 
 // checkClock checks what the merge rules guarantee of every state they
@@ -310,14 +338,8 @@ func checkClock(n *node, parent stamp, devices map[string]bool) error {
 		if s.isZero() {
 			continue
 		}
-		if s.version < 1 || s.version > maxVersion {
-			return fmt.Errorf("%w: version %d out of range", errBadClock, s.version)
-		}
-		if !devices[s.device] {
-			if checkDeviceID(s.device) != nil {
-				return fmt.Errorf("%w: device %q", errBadClock, s.device)
-			}
-			devices[s.device] = true
+		if err := checkStamp(s, devices); err != nil {
+			return err
 		}
 	}
 	if n.stamp.isZero() || parent.less(n.stamp) || (!n.floor.isZero() && !n.floor.less(n.stamp)) {
