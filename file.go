@@ -30,7 +30,8 @@ import (
 // "replaces":true (format 2) is a record created again over one its
 // device saw deleted: its patch is the whole record, and every write
 // stamped before it is gone. One change may take several writes of one
-// record, with consecutive versions (see ownWrites).
+// record, all with the same version: together they are one write (see
+// ownWrites).
 
 // patchFormat is the format version this engine writes. It reads every
 // version up to this one and refuses newer ones. Format 2 keeps the layout

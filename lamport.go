@@ -89,9 +89,6 @@ func newVersionCounter(maxSeen int64) *versionCounter {
 	return &versionCounter{next: maxSeen + 1}
 }
 
-// peek returns the version take returns next.
-func (c *versionCounter) peek() int64 { return c.next }
-
 func (c *versionCounter) take() int64 {
 	v := c.next
 	c.next++

@@ -74,7 +74,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				if c.flags&changeReplaces != 0 {
 					versions.take() // stamps the reset, the version before the write's
 				}
-				c.version = versions.peek()
+				c.version = versions.take()
 				writes, err := ownWrites(c, s.limits.MaxRecordSize)
 				if err != nil {
 					rows.Close()
@@ -87,7 +87,6 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 					}
 				}
 				for _, w := range writes {
-					w.version = versions.take()
 					if err := pw.add(w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version); err != nil {
 						rows.Close()
 						return nil, &Error{Op: "write upload", Err: err}
@@ -266,10 +265,15 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 // ownWrites returns the writes that carry planned change c in a patch
 // file, each within the store's record limit: c itself if it fits, else
 // its members split into several patches (an object member too large for
-// one, into patches of its own members), stamped with consecutive
-// versions from c.version, which together write exactly what c writes. A
-// replacing change resets the record before its first write. It fails
-// only when a single value is over the limit.
+// one, into patches of its own members), which together write exactly
+// what c writes. Every part carries c's version: the parts are one write,
+// so that a concurrent write of another device orders against all of them
+// alike, as against c (with versions of their own, a write stamped
+// between two parts would win over some and lose to others, leaving what
+// neither device wrote, or a partial object). Applied in order, parts of
+// one stamp merge as the whole patch does, since they write disjoint
+// members. A replacing change resets the record before its first write.
+// It fails only when a single value is over the limit.
 func ownWrites(c fileChange, limit int64) ([]fileChange, error) {
 	if c.deleted || int64(len(c.patch)) <= limit {
 		return []fileChange{c}, nil
@@ -286,7 +290,6 @@ func ownWrites(c fileChange, limit int64) ([]fileChange, error) {
 	for i, part := range parts {
 		w := c
 		w.patch = jsonv.Encode(part)
-		w.version = c.version + int64(i)
 		if i > 0 {
 			w.flags &^= changeReplaces
 		}
