@@ -191,18 +191,27 @@ const checkedNotesSchema = `CREATE TABLE IF NOT EXISTS notes (
 	display_order INTEGER CHECK (display_order IS NULL OR display_order < 100)
 )`
 
-func TestRefusedRowWrittenDuringSyncKeepsOthersValues(t *testing.T) {
+// refusedOnB returns device a, which accepts any display_order, and
+// device b, an app version whose table checks it, after a set r's
+// display_order to 500: b synced it and its table refused the row, which
+// still shows display_order 1.
+func refusedOnB(t *testing.T) (a, b *device) {
+	t.Helper()
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote)                     // accepts any display_order
-	b := newDevice(t, "dev-b", remote, checkedNotesSchema) // an app version that checks it
+	a = newDevice(t, "dev-a", remote)
+	b = newDevice(t, "dev-b", remote, checkedNotesSchema)
 	a.put("r", `{"title":"t","display_order":1,"body":"1"}`)
 	syncAll(t, a, b)
-
 	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.display_order', 500), display_order = 500 WHERE id = 'r'`)
 	a.sync()
 	if r := b.sync(); len(r.Unwritten) != 1 {
 		t.Fatalf("setup: b should refuse r, got %v", r.Unwritten)
 	}
+	return a, b
+}
+
+func TestRefusedRowWrittenDuringSyncKeepsOthersValues(t *testing.T) {
+	a, b := refusedOnB(t)
 
 	// The user of b edits the body (the row still shows display_order 1),
 	// and edits it again while the sync that sends the first edit runs.
@@ -227,17 +236,7 @@ func TestRefusedRowWrittenDuringSyncKeepsOthersValues(t *testing.T) {
 // during the sync. pendingEdit.base is the synced state from before the
 // change, not what the refused row shows.
 func TestRefusedRowWrittenWhileReceivingKeepsOthersValues(t *testing.T) {
-	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote)
-	b := newDevice(t, "dev-b", remote, checkedNotesSchema)
-	a.put("r", `{"title":"t","display_order":1,"body":"1"}`)
-	syncAll(t, a, b)
-
-	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.display_order', 500), display_order = 500 WHERE id = 'r'`)
-	a.sync()
-	if r := b.sync(); len(r.Unwritten) != 1 {
-		t.Fatalf("setup: b should refuse r, got %v", r.Unwritten)
-	}
+	a, b := refusedOnB(t)
 	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.title', 'u') WHERE id = 'r'`)
 	a.sync()
 	hooks(b.eng).step = func(point string) error {
