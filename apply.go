@@ -199,8 +199,8 @@ func (s *applier) clearPending(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, r := range s.report.Skipped {
-		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, r.Table, r.Record); err != nil {
+	for k := range s.p.skipped {
+		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
 			return err
 		}
 	}
@@ -354,15 +354,15 @@ func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
 // the outbox, moves the cursor, and forgets files that have left both the
 // remote and the listing window.
 func (s *applier) recordFiles(ctx context.Context) error {
-	if s.report.Uploaded != "" {
+	if s.p.uploaded != "" {
 		fi, err := s.p.upload.Stat()
 		if err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, s.report.Uploaded, fi.Size()); err != nil {
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, s.p.uploaded, fi.Size()); err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, s.report.Uploaded); err != nil {
+		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, s.p.uploaded); err != nil {
 			return err
 		}
 	}

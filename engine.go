@@ -76,12 +76,16 @@ type Progress struct {
 // Report says what one Sync did.
 type Report struct {
 	Downloaded []string // remote files applied, in the order applied
-	Uploaded   string   // the file uploaded, or "" if there was nothing to send
+	// Uploaded names the file uploaded, or "" if there was nothing to
+	// send. Changes that do not fit in one file (the store's
+	// MaxFileSize, MaxExpandedSize) go in several, uploaded one after
+	// another in rounds of the same Sync; Uploaded names the last.
+	Uploaded string
 	// Recovered names an earlier sync's upload that did not commit and
 	// that this sync published and merged (see Sync).
 	Recovered string
 	// ChangesReceived counts the changes applied from downloaded files;
-	// ChangesSent the changes in the uploaded file.
+	// ChangesSent the changes in the uploaded files.
 	ChangesReceived, ChangesSent int
 	// Rejected lists remote files that were skipped because they are
 	// malformed, too large or of a newer format, or because the remote

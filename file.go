@@ -115,33 +115,44 @@ type fileEntry struct {
 	Replaces bool `json:"replaces,omitempty"`
 }
 
-// patchWriter streams a patch file.
+// patchWriter streams a patch file, within the store's limits on its
+// compressed and uncompressed size: fits says whether more bytes still
+// fit, so that the writer never makes a file every reader rejects.
 type patchWriter struct {
 	bw  *bufio.Writer
 	gz  *gzip.Writer
+	out *countingWriter // the compressed bytes written so far
 	buf []byte
 	n   int
+
+	maxFile, maxExpanded int64
+	in                   int64 // uncompressed bytes written so far
+	// flushedIn and flushedOut are in and out.n at the last flush: the
+	// compressed size of what came since is not known, only bounded.
+	flushedIn, flushedOut int64
 }
 
-func newPatchWriter(w io.Writer, device string) (*patchWriter, error) {
-	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
+// patchTrailer ends a patch file's JSON.
+const patchTrailer = "\n]}\n"
+
+func newPatchWriter(w io.Writer, device string, l Limits) (*patchWriter, error) {
+	out := &countingWriter{w: w}
+	gz, err := gzip.NewWriterLevel(out, gzip.BestSpeed)
 	if err != nil {
 		return nil, err
 	}
-	pw := &patchWriter{gz: gz, bw: bufio.NewWriterSize(gz, 64<<10)}
+	pw := &patchWriter{gz: gz, out: out, bw: bufio.NewWriterSize(gz, 64<<10), maxFile: l.MaxFileSize, maxExpanded: l.MaxExpandedSize}
 	pw.buf = fmt.Appendf(pw.buf[:0], `{"format":%d,"device":`, patchFormat)
 	pw.buf = jsonv.AppendString(pw.buf, device)
 	pw.buf = append(pw.buf, `,"changes":[`...)
+	pw.in = int64(len(pw.buf))
 	_, err = pw.bw.Write(pw.buf)
 	return pw, err
 }
 
-func (pw *patchWriter) add(table, record string, patch []byte, deleted, replaces bool, version int64) error {
-	b := pw.buf[:0]
-	if pw.n > 0 {
-		b = append(b, ',')
-	}
-	b = append(b, "\n{\"table_name\":"...)
+// entry encodes one change as add writes it, appending to b.
+func (pw *patchWriter) entry(b []byte, table, record string, patch []byte, deleted, replaces bool, version int64) []byte {
+	b = append(b, ",\n{\"table_name\":"...)
 	b = jsonv.AppendString(b, table)
 	b = append(b, `,"record_id":`...)
 	b = jsonv.AppendString(b, record)
@@ -151,21 +162,79 @@ func (pw *patchWriter) add(table, record string, patch []byte, deleted, replaces
 	if replaces {
 		b = append(b, `,"replaces":true`...)
 	}
-	b = append(b, '}')
-	pw.buf = b
+	return append(b, '}')
+}
+
+// fits reports whether n more uncompressed bytes (entries as entry
+// encodes them) fit in the file with its end. The compressed size of
+// what was not flushed yet is bounded from above: deflate stores a block
+// it cannot shrink, adding 5 bytes per block of up to 64 KiB, and the
+// bound allows a 64th more, plus the gzip header and trailer. When the
+// bound is too close to the limit, the compressor is flushed, and the
+// bound starts again from the bytes actually written.
+func (pw *patchWriter) fits(n int64) (bool, error) {
+	in := pw.in + n + int64(len(patchTrailer))
+	if in > pw.maxExpanded {
+		return false, nil
+	}
+	bound := func() int64 {
+		x := in - pw.flushedIn
+		return pw.flushedOut + x + x/64 + 64
+	}
+	if bound() <= pw.maxFile {
+		return true, nil
+	}
+	if pw.flushedIn < pw.in {
+		if err := pw.bw.Flush(); err != nil {
+			return false, err
+		}
+		if err := pw.gz.Flush(); err != nil {
+			return false, err
+		}
+		pw.flushedIn, pw.flushedOut = pw.in, pw.out.n
+	}
+	return bound() <= pw.maxFile, nil
+}
+
+// add writes entries encoded by entry (the first without its comma).
+func (pw *patchWriter) add(entries []byte) error {
+	if pw.n == 0 {
+		entries = entries[1:]
+	}
 	pw.n++
-	_, err := pw.bw.Write(b)
+	pw.in += int64(len(entries))
+	_, err := pw.bw.Write(entries)
 	return err
 }
 
+// close ends the file. Its sizes are checked once more: a file over the
+// store's limits would be rejected by every reader.
 func (pw *patchWriter) close() error {
-	if _, err := pw.bw.WriteString("\n]}\n"); err != nil {
+	if _, err := pw.bw.WriteString(patchTrailer); err != nil {
 		return err
 	}
+	pw.in += int64(len(patchTrailer))
 	if err := pw.bw.Flush(); err != nil {
 		return err
 	}
-	return pw.gz.Close()
+	if err := pw.gz.Close(); err != nil {
+		return err
+	}
+	if pw.in > pw.maxExpanded || pw.out.n > pw.maxFile {
+		return fmt.Errorf("patch file of %d bytes (%d uncompressed) is over the store's limits (%d, %d)", pw.out.n, pw.in, pw.maxFile, pw.maxExpanded)
+	}
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Limits bound what a store's files may hold. Everything on the remote is

@@ -553,7 +553,11 @@ func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error
 // the app write at a sync step, and counts what it did. Errors are
 // expected while faults are on.
 func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write func()) (Report, error) {
+	rounds := 0
 	hooks(d.eng).step = func(p string) error {
+		if p == "planned" {
+			rounds++
+		}
 		if p == writeAt {
 			count("write during sync at " + p)
 			write()
@@ -609,10 +613,13 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 	for _, f := range r.Rejected {
 		rejected = append(rejected, f.Name)
 	}
-	rt.Logf("%s %s: %s -> downloaded %v, rejected %v, uploaded %q, recovered %q, snapshot %q, deleted %d, err %v",
-		at, d.name, op, r.Downloaded, rejected, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, err)
+	rt.Logf("%s %s: %s -> downloaded %v, rejected %v, uploaded %q, recovered %q, snapshot %q, deleted %d, skipped %v, err %v",
+		at, d.name, op, r.Downloaded, rejected, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, r.Skipped, err)
 	d.observe(rt)
 	countReport(r, snapshot, fresh)
+	if rounds > 1 {
+		count("syncs whose changes took several files")
+	}
 	if err != nil && strings.Contains(err.Error(), "deleted while this sync ran") {
 		count("sync stopped: a listed file was compacted, no snapshot listed holds it")
 	}
@@ -643,10 +650,23 @@ func removalRun(rt *rapid.T, m *model, d *hdevice, label string) {
 		return
 	}
 	count("write: a long run of key removals")
+	// Half the runs write their batches to every record the device
+	// shows: in a store with small limits, one sync's changes then take
+	// several patch files.
+	ids := []string{id}
+	if rapid.Bool().Draw(rt, "runAll") {
+		for _, other := range harnessRecords {
+			if _, exists := d.local(rt, other); exists && other != id {
+				ids = append(ids, other)
+			}
+		}
+	}
 	for range rapid.IntRange(4, 8).Draw(rt, "rounds") {
 		for _, add := range []bool{true, false} {
 			d.seq++
-			m.batch(rt, d, id, fmt.Sprintf("%s#%d", d.name, d.seq), add)
+			for _, id := range ids {
+				m.batch(rt, d, id, fmt.Sprintf("%s#%d", d.name, d.seq), add)
+			}
 			d.sync(rt, "", "", nil)
 		}
 	}
@@ -941,12 +961,13 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	w.mem.SetClock(w.now)
 	w.retention = time.Duration(rapid.IntRange(1, 24).Draw(rt, "retentionHours")) * time.Hour
 	rt.Logf("remote clock starts at %v; retention %v", w.start.Format(time.RFC3339), w.retention)
-	// A quarter of the schedules run a store with a small record limit,
-	// and write batches of keys that they later remove: clocks outgrow
-	// the limit, and snapshots must be refused, not compacted on.
+	// A quarter of the schedules run a store with small limits, and
+	// write batches of keys that they later remove: clocks outgrow the
+	// record limit, and snapshots must be refused, not compacted on; a
+	// sync's changes outgrow a patch file and go out in several.
 	smallLimits := rapid.IntRange(0, 3).Draw(rt, "smallLimits") == 0
 	if smallLimits {
-		w.limits = Limits{MaxRecordSize: 1024}
+		w.limits = Limits{MaxRecordSize: 1024, MaxExpandedSize: 1536, MaxFileSize: 1536}
 		count("schedules with a small record limit")
 		rt.Logf("store record limit %d", w.limits.MaxRecordSize)
 	}
@@ -1103,14 +1124,17 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			d.sync(rt, "", p, func() { m.writeOp(rt, d, label+"w", id, -1) })
 		case 9:
 			// A file delivered again after it was applied: the device
-			// forgets having applied one (chosen by the schedule's
-			// generator, so that a replay forgets the same).
+			// forgets having applied one, or checked a snapshot (chosen
+			// by the schedule's generator, so that a replay forgets the
+			// same). A rejection is never forgotten: the device must
+			// read that file again, and nothing but finding it gone
+			// ends that.
 			var k int
-			if err := d.db.QueryRow(`SELECT count(*) FROM sync_files`).Scan(&k); err != nil {
+			if err := d.db.QueryRow(`SELECT count(*) FROM sync_files WHERE status <> 'rejected'`).Scan(&k); err != nil {
 				rt.Fatal(err)
 			}
 			if k > 0 {
-				if _, err := d.db.Exec(`DELETE FROM sync_files WHERE name = (SELECT name FROM sync_files ORDER BY name LIMIT 1 OFFSET ?)`, w.rng.IntN(k)); err != nil {
+				if _, err := d.db.Exec(`DELETE FROM sync_files WHERE name = (SELECT name FROM sync_files WHERE status <> 'rejected' ORDER BY name LIMIT 1 OFFSET ?)`, w.rng.IntN(k)); err != nil {
 					rt.Fatal(err)
 				}
 				count("fault file delivered again")
@@ -1349,7 +1373,7 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice) {
 		moved := false
 		for _, d := range devs {
 			r, err := d.eng.Sync(context.Background())
-			rt.Logf("quiesce: %s: sync -> downloaded %v, uploaded %q, recovered %q, snapshot %q, deleted %d", d.name, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted)
+			rt.Logf("quiesce: %s: sync -> downloaded %v, uploaded %q, recovered %q, snapshot %q, deleted %d, skipped %v", d.name, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, r.Skipped)
 			if err != nil {
 				rt.Fatalf("%s: sync without faults: %v", d.name, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -276,4 +277,99 @@ func TestSplitPatchEqualsWhole(t *testing.T) {
 			t.Fatalf("parts %v give %s, the whole patch %s", parts, got, want)
 		}
 	})
+}
+
+// The uploader keeps its file within the store's size limits: a file
+// over them would be rejected by every reader, and its changes never
+// arrive while the writer counts them sent. (Before, a change split to
+// fit the record limit could make the file pass MaxExpandedSize.) Here
+// the change's parts, one write, cannot fit in any file: it is reported,
+// stays pending, and goes out once the app makes it smaller.
+func TestUploadWithinExpandedLimit(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	a.cfg.Limits = Limits{MaxRecordSize: 1024, MaxExpandedSize: 2048}
+	a.open()
+	a.sync()
+	b := newDevice(t, "dev-b", remote)
+	b.sync()
+	var m []string
+	for i := range 4 {
+		m = append(m, fmt.Sprintf(`"f%d":%q`, i, strings.Repeat(string(rune('a'+i)), 600)))
+	}
+	a.put("r", "{"+strings.Join(m, ",")+"}")
+	ra := a.sync()
+	if len(ra.Skipped) != 1 || !strings.Contains(ra.Skipped[0].Err.Error(), "MaxExpandedSize") || a.pendingCount() != 1 {
+		t.Fatalf("a skipped %v with %d pending; want r reported over MaxExpandedSize, still pending", ra.Skipped, a.pendingCount())
+	}
+	if rb := b.sync(); len(rb.Rejected) != 0 || b.get("r") != "" {
+		t.Fatalf("b rejected %v and shows r = %q", rb.Rejected, b.get("r"))
+	}
+	a.put("r", fmt.Sprintf(`{"f0":%q}`, strings.Repeat("a", 600)))
+	syncAll(t, a, b)
+	if b.get("r") != a.get("r") || a.pendingCount() != 0 {
+		t.Fatalf("a shows r = %.20s…, b %.20s…; %d pending on a", a.get("r"), b.get("r"), a.pendingCount())
+	}
+}
+
+// Changes that do not fit in one patch file go out in several, in one
+// Sync: every file within the store's limits, compressed (random text
+// hardly compresses) and uncompressed, and every change arrives. A
+// change too large for any file is reported and stays pending.
+func TestUploadInRounds(t *testing.T) {
+	const maxFile, maxExpanded = 6 << 10, 12 << 10
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	a.cfg.Limits = Limits{MaxRecordSize: 8 << 10, MaxFileSize: maxFile, MaxExpandedSize: maxExpanded}
+	a.open()
+	a.sync()
+	b := newDevice(t, "dev-b", remote)
+	b.sync()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	text := func(n int) string {
+		const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = letters[rnd.IntN(len(letters))]
+		}
+		return string(b)
+	}
+	for i := range 40 {
+		a.put(fmt.Sprintf("r%02d", i), fmt.Sprintf(`{"t":%q}`, text(200+rnd.IntN(1500))))
+	}
+	a.put("huge", fmt.Sprintf(`{"p":%q,"q":%q}`, text(7000), text(7000))) // 2 parts, over any file
+	r := a.sync()
+	if r.ChangesSent != 40 || len(r.Skipped) != 1 || r.Skipped[0].Record != "huge" {
+		t.Fatalf("sent %d changes (want 40), skipped %v (want huge)", r.ChangesSent, r.Skipped)
+	}
+	if !strings.Contains(r.Skipped[0].Err.Error(), "MaxExpandedSize") {
+		t.Errorf("the skip says %q; it should name the store limit", r.Skipped[0].Err)
+	}
+	if a.pendingCount() != 1 {
+		t.Errorf("%d records pending, want 1 (huge)", a.pendingCount())
+	}
+	files, _ := remote.List(context.Background(), time.Time{})
+	patches := 0
+	for _, f := range files {
+		if !strings.Contains(f.Name, "patch_") {
+			continue
+		}
+		patches++
+		if f.Size > maxFile {
+			t.Errorf("%s: %d bytes, over MaxFileSize", f.Name, f.Size)
+		}
+	}
+	if patches < 3 {
+		t.Errorf("%d patch files for ~38 KiB of changes under a 12 KiB limit", patches)
+	}
+	rb := b.sync()
+	if len(rb.Rejected) != 0 {
+		t.Fatalf("b rejected %v", rb.Rejected)
+	}
+	for i := range 40 {
+		id := fmt.Sprintf("r%02d", i)
+		if b.get(id) != a.get(id) {
+			t.Fatalf("%s did not arrive", id)
+		}
+	}
 }

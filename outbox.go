@@ -336,7 +336,9 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 			return err
 		}
 	}
-	s.report.Uploaded, s.report.ChangesSent = name, p.sent
+	p.uploaded = name
+	s.report.Uploaded = name
+	s.report.ChangesSent += p.sent
 	e.progress("upload", 1, 1)
 	e.log.Info("drivesync: uploaded", "file", name, "changes", p.sent)
 	return nil

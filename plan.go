@@ -20,13 +20,17 @@ type plan struct {
 	changes     *spool   // every pending record, in version order
 	upload      *os.File // the patch file of the changes to send; nil if none
 	sent        int      // changes in the upload
+	uploaded    string   // the upload's name, once published
 	base        int64    // sync_meta.max_version when the plan was made
 	maxSeen     int64    // the largest version seen in the files or stamped here
 	dataVersion int64    // PRAGMA data_version when the pending rows were read
-	// skipped are the pending records not sent (Report.Skipped), with what
-	// their rows showed before the app's edits (nil: no row): the base of
-	// those edits, which stay pending.
+	// skipped are the pending records not sent (Report.Skipped, or left
+	// for the next file), with what their rows showed before the app's
+	// edits (nil: no row): the base of those edits, which stay pending.
 	skipped map[recordKey]*jsonv.Value
+	// more is set when the upload is full and pending records wait for
+	// the next one: Sync runs another round.
+	more bool
 }
 
 // plan reads every pending record in one read transaction, diffs it
@@ -54,6 +58,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	}
 	s.onDone(p.changes.close)
 	var pw *patchWriter
+	var entries []byte
 	for _, t := range e.order {
 		rows, err := s.conn.QueryContext(ctx, t.pendingSQL(), t.name)
 		if err != nil {
@@ -64,6 +69,11 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 			if err := rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.refused, &r.base); err != nil {
 				rows.Close()
 				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
+			}
+			if p.more {
+				// The file is full: the rest goes in the next one.
+				p.skipped[recordKey{t.name, r.id}] = r.shown()
+				continue
 			}
 			c, skip := s.planRecord(t, r)
 			if skip {
@@ -86,13 +96,31 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 						return nil, err
 					}
 				}
+				// The parts of a change are one write: they go in
+				// one file, or wait for the next together.
+				entries = entries[:0]
 				for _, w := range writes {
-					if err := pw.add(w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version); err != nil {
-						rows.Close()
-						return nil, &Error{Op: "write upload", Err: err}
-					}
-					p.sent++
+					entries = pw.entry(entries, w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version)
 				}
+				fits, err := pw.fits(int64(len(entries)))
+				if err != nil {
+					rows.Close()
+					return nil, &Error{Op: "write upload", Err: err}
+				}
+				if !fits {
+					p.skipped[recordKey{t.name, r.id}] = r.shown()
+					if pw.n == 0 {
+						s.skipRecord(t.name, r.id, fmt.Errorf("the change takes %d bytes, more than a patch file may hold (the store's MaxExpandedSize is %d, MaxFileSize %d)", len(entries), s.limits.MaxExpandedSize, s.limits.MaxFileSize))
+					} else {
+						p.more = true
+					}
+					continue
+				}
+				if err := pw.add(entries); err != nil {
+					rows.Close()
+					return nil, &Error{Op: "write upload", Err: err}
+				}
+				p.sent += len(writes)
 			}
 			if err := p.changes.add(c); err != nil {
 				rows.Close()
@@ -355,5 +383,5 @@ func (s *syncRun) newUpload(p *plan) (*patchWriter, error) {
 		f.Close()
 		os.Remove(f.Name())
 	})
-	return newPatchWriter(f, s.e.deviceID)
+	return newPatchWriter(f, s.e.deviceID, s.limits)
 }
