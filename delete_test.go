@@ -227,3 +227,58 @@ func TestEditDuringSyncReceivingDelete(t *testing.T) {
 		t.Fatalf("r = %s, want the record back with both edits", got)
 	}
 }
+
+// A device creates a record it never saw, over one another device
+// created and deleted: the new row is a new record, and no field of the
+// deleted one comes back (before, the create went out as an edit, and an
+// edit of a deleted record brings it back whole). The device may have
+// synced before the record existed, or be new.
+func TestCreateOverUnseenDelete(t *testing.T) {
+	for _, fresh := range []bool{false, true} {
+		remote := NewMemoryRemote()
+		a := newDevice(t, "dev-a", remote)
+		var c *device
+		if !fresh {
+			c = newDevice(t, "dev-c", remote)
+			syncAll(t, a, c)
+		}
+		a.put("r", `{"title":"old","secret":"s"}`)
+		a.sync()
+		a.exec(`DELETE FROM notes WHERE id = 'r'`)
+		a.sync()
+		if fresh {
+			c = newDevice(t, "dev-c", remote)
+		}
+		c.put("r", `{"title":"new"}`) // before c downloaded anything of r
+		syncAll(t, a, c)
+		assertConverged(t, a, c)
+		for _, d := range []*device{a, c} {
+			if got := d.get("r"); got != `{"title":"new"}` {
+				t.Errorf("fresh=%v: %s: r = %s, want exactly the new row", fresh, d.name, got)
+			}
+		}
+	}
+}
+
+// Two devices create the same record at once, neither having seen the
+// other's, and one of them also received a delete of an older version:
+// only a record the downloads leave deleted is replaced; one they leave
+// shown merges with the create.
+func TestCreateOverUnseenRecreation(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote)
+	c := newDevice(t, "dev-c", remote)
+	syncAll(t, a, c)
+	a.put("r", `{"title":"old","secret":"s"}`)
+	a.sync()
+	a.exec(`DELETE FROM notes WHERE id = 'r'`)
+	a.sync()
+	a.put("r", `{"title":"again","kept":"k"}`) // created again over the delete a saw
+	a.sync()
+	c.put("r", `{"body":"mine"}`) // c saw none of it
+	syncAll(t, a, c)
+	assertConverged(t, a, c)
+	if got := a.get("r"); got != `{"body":"mine","kept":"k","title":"again"}` {
+		t.Errorf("r = %s, want the two creates merged, and no field of the deleted record", got)
+	}
+}

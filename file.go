@@ -554,10 +554,11 @@ func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
 // however many changes a sync moves, and lets a file be validated whole
 // before any of it is applied.
 type spool struct {
-	f   *os.File
-	w   *bufio.Writer
-	n   int
-	buf []byte
+	f       *os.File
+	w       *bufio.Writer
+	n       int
+	deletes int // changes that delete their record, or state records deleted
+	buf     []byte
 }
 
 func newSpool(dir string) (*spool, error) {
@@ -594,6 +595,9 @@ func (s *spool) add(c fileChange) error {
 	}
 	s.buf = b
 	s.n++
+	if c.deleted {
+		s.deletes++
+	}
 	_, err := s.w.Write(b)
 	return err
 }

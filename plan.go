@@ -57,6 +57,10 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		return nil, err
 	}
 	s.onDone(p.changes.close)
+	hidden, err := s.deletedUnseen(ctx, f)
+	if err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
 	var pw *patchWriter
 	var entries []byte
 	for _, t := range e.order {
@@ -75,7 +79,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
 			}
-			c, skip := s.planRecord(t, r)
+			c, skip := s.planRecord(t, r, hidden[recordKey{t.name, r.id}])
 			if skip {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
@@ -201,9 +205,81 @@ func (r pendingRow) shown() *jsonv.Value {
 	return &v
 }
 
+// deletedUnseen returns the records this device created (a row with no
+// synced state) that the files this sync downloaded end deleted: another
+// device created them and deleted them, and this device had not received
+// that. Such a row is a new record, as one written over a delete this
+// device saw is: it goes out as a replacing write, so that no field of the
+// deleted record comes back. A record those files leave shown was created
+// on both devices at once, and the two merge.
+//
+// Only records that a downloaded change deletes can be in the set: the
+// spools are read only if the files delete something and this device
+// created a record, and the records' changes are merged only for those
+// both hold.
+func (s *syncRun) deletedUnseen(ctx context.Context, f *fetched) (map[recordKey]bool, error) {
+	deletes := false
+	for _, d := range f.files {
+		deletes = deletes || d.spool.deletes > 0
+	}
+	if !deletes {
+		return nil, nil
+	}
+	var created bool
+	if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes p
+WHERE NOT EXISTS (SELECT 1 FROM sync_states s WHERE s.table_name = p.table_name AND s.record_id = p.record_id))`).Scan(&created); err != nil || !created {
+		return nil, err
+	}
+	candidates := map[recordKey]*node{}
+	for _, d := range f.files {
+		if d.spool.deletes == 0 {
+			continue
+		}
+		err := d.spool.each(func(c fileChange) error {
+			k := recordKey{c.table, c.record}
+			if !c.deleted || candidates[k] != nil {
+				return nil
+			}
+			var mine bool
+			err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2)
+AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = ?2)`, []any{c.table, c.record}, &mine)
+			if err == nil && mine {
+				candidates[k] = &node{}
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	for _, d := range f.files {
+		err := d.spool.each(func(c fileChange) error {
+			if n := candidates[recordKey{c.table, c.record}]; n != nil {
+				return applyChange(n, c, c.device)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	hidden := map[recordKey]bool{}
+	for k, n := range candidates {
+		if !n.exists() {
+			hidden[k] = true
+		}
+	}
+	return hidden, nil
+}
+
 // planRecord turns one pending record into a planned change. skip is set
-// (and the record reported) when its content cannot be synced.
-func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip bool) {
+// (and the record reported) when its content cannot be synced. deleted
+// says that the files this sync downloaded delete the record, which the
+// device had no state of (see deletedUnseen).
+func (s *syncRun) planRecord(t *tableInfo, p pendingRow, deleted bool) (c fileChange, skip bool) {
 	id, rowExists, content, rowCanonical, synced, syncedDeleted := p.id, p.rowExists, p.content, p.rowCanonical, p.synced, p.syncedDeleted
 	c = fileChange{table: t.name, record: id}
 	if !synced.Valid {
@@ -257,6 +333,11 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow) (c fileChange, skip boo
 			c.flags |= planRowCanonical
 		}
 		switch {
+		case old == nil && deleted:
+			// Created over a record other devices deleted, unseen
+			// here: a new record (see deletedUnseen).
+			c.patch = enc
+			c.flags |= changeReplaces
 		case old == nil:
 			c.patch = enc
 		case syncedDeleted && p.refused:
