@@ -254,11 +254,12 @@ type Limits struct {
 	// (DefaultMaxFileSize), MaxExpandedSize its uncompressed size
 	// (DefaultMaxExpandedSize).
 	MaxFileSize, MaxExpandedSize int64
-	// MaxRecordSize bounds one write of a patch file, one record of a
-	// snapshot, and twice it the record's clock (DefaultMaxRecordSize). A
-	// change larger than it goes out as several writes of its members; a
-	// single value over it is not sent (Report.Skipped) and stays
-	// pending.
+	// MaxRecordSize bounds one write of a patch file, one record entry
+	// of a snapshot, and twice it the entry's clock
+	// (DefaultMaxRecordSize). A change larger than it goes out as
+	// several writes of its members; a single value over it is not sent
+	// (Report.Skipped) and stays pending. A record that merged past it
+	// goes into snapshots as several entries of its members.
 	MaxRecordSize int64
 	// MaxSnapshotSize bounds a snapshot or merge file, compressed and
 	// uncompressed (DefaultMaxSnapshotSize).

@@ -70,11 +70,11 @@ func TestMarkerLimitsBounded(t *testing.T) {
 }
 
 // A record whose clock outgrew the store's record limit (tombstones of
-// many removed keys) would make the snapshot unreadable on every device.
-// The writer reads its snapshot back under the store's limits and does not
-// upload it, so nothing is compacted on its authority and a new device
-// still receives everything from the patch files.
-func TestUnreadableSnapshotNotUploaded(t *testing.T) {
+// many removed keys) goes into the snapshot in parts: the snapshot is
+// readable, compaction acts on it, and a new device that bootstraps from
+// it alone holds the record's exact state. (Before, such a record made
+// every snapshot unreadable.)
+func TestTombstonesOverLimitInSnapshot(t *testing.T) {
 	mem := NewMemoryRemote()
 	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
 	mem.SetClock(clk.now)
@@ -97,6 +97,43 @@ func TestUnreadableSnapshotNotUploaded(t *testing.T) {
 		a.sync()
 		clk.add(time.Second)
 	}
+	var clock string
+	a.db.QueryRow(`SELECT clock FROM sync_states WHERE record_id = 'r'`).Scan(&clock)
+	if len(clock) <= 2*2048 {
+		t.Fatalf("the clock has %d bytes: the test needs one over the limit", len(clock))
+	}
+	clk.add(40 * time.Minute)
+	if r, err := a.eng.Snapshot(context.Background()); err != nil || r.Snapshot == "" {
+		t.Fatalf("Snapshot: wrote %q, err %v", r.Snapshot, err)
+	}
+	clk.add(40 * time.Minute)
+	if r, err := a.eng.Snapshot(context.Background()); err != nil || r.Deleted == 0 {
+		t.Fatalf("compaction: %+v, %v", r, err)
+	}
+	c := newDevice(t, "dev-c", mem)
+	if r := c.sync(); len(r.Rejected) != 0 || len(r.Downloaded) != 1 {
+		t.Fatalf("c downloaded %v, rejected %v; want the newest snapshot alone", r.Downloaded, r.Rejected)
+	}
+	assertConverged(t, a, c)
+}
+
+// A snapshot over the store's MaxSnapshotSize would be rejected by every
+// device. The writer reads its snapshot back under the store's limits and
+// does not upload it, so nothing is compacted on its authority and a new
+// device still receives everything from the patch files.
+func TestUnreadableSnapshotNotUploaded(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	a := newDevice(t, "dev-a", mem)
+	a.cfg.Limits = Limits{MaxSnapshotSize: 1024}
+	a.cfg.Retention = time.Minute
+	a.open()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for i := range 40 {
+		a.put(fmt.Sprintf("r%02d", i), fmt.Sprintf(`{"v":"%x"}`, rnd.Uint64()))
+	}
+	a.sync()
 	clk.add(40 * time.Minute)
 	r, err := a.eng.Snapshot(context.Background())
 	if !errors.Is(err, ErrFileTooLarge) || r.Snapshot != "" {
@@ -371,5 +408,54 @@ func TestUploadInRounds(t *testing.T) {
 		if b.get(id) != a.get(id) {
 			t.Fatalf("%s did not arrive", id)
 		}
+	}
+}
+
+// A record whose state outgrew the record limit (its change went out in
+// parts) goes into snapshots in parts, which every device reads and
+// merges back into the whole, shown or deleted (before, every snapshot
+// holding it was refused, for good). A new device bootstraps from the
+// snapshot alone.
+func TestRecordOverLimitInSnapshot(t *testing.T) {
+	remote := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	remote.SetClock(clk.now)
+	a := newDevice(t, "dev-a", remote)
+	a.cfg.Limits = Limits{MaxRecordSize: 1024}
+	a.open()
+	a.sync()
+	b := newDevice(t, "dev-b", remote)
+	b.sync()
+	a.put("r", fmt.Sprintf(`{"p":%q,"q":%q}`, strings.Repeat("p", 600), strings.Repeat("q", 600)))
+	a.sync()
+	b.sync()
+	b.exec(`DELETE FROM notes WHERE id = 'r'`)
+	syncAll(t, a, b)
+	for _, d := range []*device{a, b} {
+		if _, err := d.eng.Snapshot(context.Background()); err != nil {
+			t.Errorf("%s: Snapshot after r was deleted: %v", d.name, err)
+		}
+	}
+	// Shown again (an edit that did not see the delete brings the
+	// record back whole), then compacted: the snapshot alone holds it.
+	a.exec(`INSERT INTO notes (id, content) VALUES ('r', '{"p":"short"}')`)
+	a.sync()
+	var states [2]string
+	a.db.QueryRow(`SELECT record_data || clock FROM sync_states WHERE record_id = 'r'`).Scan(&states[0])
+	if _, err := a.eng.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(2 * time.Hour)
+	if r, err := a.eng.Snapshot(context.Background()); err != nil || r.Deleted == 0 {
+		t.Fatalf("compaction: %+v, %v", r, err)
+	}
+	c := newDevice(t, "dev-c", remote)
+	r := c.sync()
+	if len(r.Rejected) != 0 || len(r.Downloaded) != 1 || !strings.Contains(r.Downloaded[0], "snapshot_") {
+		t.Fatalf("c downloaded %v, rejected %v; want the snapshot alone", r.Downloaded, r.Rejected)
+	}
+	c.db.QueryRow(`SELECT record_data || clock FROM sync_states WHERE record_id = 'r'`).Scan(&states[1])
+	if states[0] != states[1] || c.get("r") != a.get("r") {
+		t.Fatalf("c holds r as %.80s…, a as %.80s…", states[1], states[0])
 	}
 }

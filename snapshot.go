@@ -181,7 +181,7 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 		endTx(s.conn)
 		return "", &Error{Op: op, Err: err}
 	}
-	n, err := writeStateFile(ctx, s.conn, f, h)
+	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize)
 	endTx(s.conn) // a read transaction: ends the snapshot of the database
 	if err != nil {
 		return "", &Error{Op: op, Err: err}

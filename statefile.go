@@ -48,8 +48,9 @@ func appendNames(b []byte, names []string) []byte {
 }
 
 // writeStateFile streams every record of sync_states into w, gzipped.
-// Memory stays flat: rows go out as they are read.
-func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) (records int, err error) {
+// Memory stays flat: rows go out as they are read. A record over the
+// store's record limit goes out in parts (see stateParts).
+func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, maxRecord int64) (records int, err error) {
 	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	if err != nil {
 		return 0, err
@@ -79,12 +80,10 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 	defer rows.Close()
 	var table, record, data, clock []byte
 	var deleted bool
-	for rows.Next() {
-		if err := rows.Scan(&table, &record, &data, &clock, &deleted); err != nil {
-			return records, err
-		}
+	entries := 0
+	write := func(data, clock []byte) error {
 		b = b[:0]
-		if records > 0 {
+		if entries > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, "\n{\"table_name\":"...)
@@ -96,10 +95,31 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 		b = append(b, `,"clock":`...)
 		b = append(b, clock...)
 		b = fmt.Appendf(b, `,"is_deleted":%t}`, deleted)
-		if _, err := bw.Write(b); err != nil {
+		entries++
+		_, err := bw.Write(b)
+		return err
+	}
+	for rows.Next() {
+		if err := rows.Scan(&table, &record, &data, &clock, &deleted); err != nil {
 			return records, err
 		}
 		records++
+		if int64(len(data)) <= maxRecord && int64(len(clock)) <= 2*maxRecord {
+			if err := write(data, clock); err != nil {
+				return records, err
+			}
+			continue
+		}
+		parts, err := stateParts(data, clock, deleted, maxRecord)
+		if err != nil {
+			return records, fmt.Errorf("record %s/%s: %w", table, record, err)
+		}
+		for _, p := range parts {
+			d, c := encodeState(p)
+			if err := write([]byte(d), []byte(c)); err != nil {
+				return records, err
+			}
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return records, err
@@ -111,6 +131,59 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader) 
 		return records, err
 	}
 	return records, gz.Close()
+}
+
+// stateParts splits a record's state that is over the record limit (a
+// record merged from writes of several devices may grow past it, each
+// write within it) into parts that are not: each is the record's root,
+// with its stamps and its delete, and some of its members, a member too
+// large for one part split the same way below it. A reader merges the
+// parts as it merges any state (see node.merge): the writes behind them
+// are, together, exactly the writes behind the whole, so the merge gives
+// the whole state.
+func stateParts(data, clock []byte, deleted bool, maxRecord int64) ([]*node, error) {
+	content, err := jsonv.ParseObject(data, jsonv.Options{})
+	if err != nil {
+		return nil, err
+	}
+	n, err := decodeState(content, clock, deleted)
+	if err != nil {
+		return nil, err
+	}
+	fits := func(p *node) bool {
+		d, c := encodeState(p)
+		return int64(len(d)) <= maxRecord && int64(len(c)) <= 2*maxRecord
+	}
+	return splitState(n, func(p *node) *node { return p }, fits)
+}
+
+// splitState returns parts of n, each wrapped (by wrap) in the record's
+// root and the path down to n, that fit: n whole, or its members split in
+// halves, down to a single member, split below its own key.
+func splitState(n *node, wrap func(*node) *node, fits func(*node) bool) ([]*node, error) {
+	if whole := wrap(n); fits(whole) {
+		return []*node{whole}, nil
+	}
+	if n.kind != objectNode || len(n.kids) == 0 {
+		return nil, fmt.Errorf("%w: a single value is over the store's record limit", errTooLarge)
+	}
+	if len(n.kids) == 1 {
+		k := n.kids[0]
+		return splitState(k.node, func(sub *node) *node {
+			c := *n
+			c.kids = []kid{{key: k.key, node: sub}}
+			return wrap(&c)
+		}, fits)
+	}
+	half := len(n.kids) / 2
+	a, b := *n, *n
+	a.kids, b.kids = n.kids[:half:half], n.kids[half:]
+	pa, err := splitState(&a, wrap, fits)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := splitState(&b, wrap, fits)
+	return append(pa, pb...), err
 }
 
 // maxHeldName bounds a file name in a snapshot header: the longest name
