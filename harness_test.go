@@ -173,9 +173,20 @@ type world struct {
 
 // damage is how one device reads one file for a while.
 type damage struct {
-	newer bool // read as of a newer format, else truncated
+	// how: the file reads as of a newer format, or the remote refuses
+	// this device access to it (fs.ErrPermission, as a shared folder
+	// whose sharing is being changed does), else it reads truncated.
+	how   damageKind
 	until time.Time
 }
+
+type damageKind int
+
+const (
+	damageTruncated damageKind = iota
+	damageNewer
+	damageDenied
+)
 
 // hiddenFile is a file a device's listings miss for a while.
 type hiddenFile struct {
@@ -278,9 +289,13 @@ func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, e
 	if err != nil {
 		return nil, err
 	}
-	if dm.newer {
+	switch dm.how {
+	case damageNewer:
 		count("fault file read as a newer format")
 		return io.NopCloser(bytes.NewReader(newerFormat(b))), nil
+	case damageDenied:
+		count("fault file access refused")
+		return nil, fmt.Errorf("%w: injected: this device may not read %s for now", fs.ErrPermission, name)
 	}
 	count("fault file read truncated")
 	return io.NopCloser(bytes.NewReader(b[:len(b)/2])), nil
@@ -338,7 +353,9 @@ func (r *harnessRemote) Create(ctx context.Context, name string, content io.Read
 }
 
 // damage makes the other devices read a new file damaged for a while:
-// snapshots often, patch and merge files now and then.
+// snapshots often, patch and merge files now and then; for minutes to
+// hours, sometimes past the retention, so that compaction deletes what a
+// device could not read yet.
 func (w *world) damage(writer, name string) {
 	p := 0.05
 	if strings.Contains(name, "/snapshot_") {
@@ -354,13 +371,10 @@ func (w *world) damage(writer, name string) {
 		if d == writer || w.rng.Float64() >= p {
 			continue
 		}
-		dm := damage{newer: w.rng.IntN(3) == 0, until: created.Add(time.Duration(10+w.rng.IntN(8*60)) * time.Minute)}
+		dm := damage{how: []damageKind{damageTruncated, damageTruncated, damageTruncated, damageNewer, damageNewer, damageDenied}[w.rng.IntN(6)],
+			until: created.Add(time.Duration(10+w.rng.IntN([]int{8, 8, 8, 36}[w.rng.IntN(4)]*60)) * time.Minute)}
 		w.damaged[d][name] = dm
-		if dm.newer {
-			count("damage: a device reads a new file as a newer format")
-		} else {
-			count("damage: a device reads a new file truncated")
-		}
+		count("damage: a device reads a new file " + map[damageKind]string{damageTruncated: "truncated", damageNewer: "as a newer format", damageDenied: "refused access"}[dm.how])
 	}
 }
 
