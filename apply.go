@@ -199,8 +199,8 @@ func (s *applier) clearPending(ctx context.Context) error {
 			return err
 		}
 	}
-	for k := range s.p.skipped {
-		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
+	for _, r := range s.report.Skipped {
+		if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, r.Table, r.Record); err != nil {
 			return err
 		}
 	}
@@ -354,15 +354,15 @@ func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
 // the outbox, moves the cursor, and forgets files that have left both the
 // remote and the listing window.
 func (s *applier) recordFiles(ctx context.Context) error {
-	if s.p.uploaded != "" {
-		fi, err := s.p.upload.Stat()
+	for _, up := range s.p.uploads {
+		fi, err := up.f.Stat()
 		if err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, s.p.uploaded, fi.Size()); err != nil {
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, up.name, fi.Size()); err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, s.p.uploaded); err != nil {
+		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
 			return err
 		}
 	}
@@ -584,7 +584,19 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 		// (pending, or its table unregistered) keeps its base; one the
 		// engine just failed to write shows what it showed before.
 		base, known := bases[k]
-		if t := s.e.tables[k.table]; !(known && keep[k]) && t != nil {
+		pe, pending := s.pending[k]
+		switch t := s.e.tables[k.table]; {
+		case pending && refusal != nil:
+			// A row with the app's pending edits that the table
+			// refused to rebase on what this sync brought: it still
+			// shows what it showed before, the edits on top of their
+			// base (the row itself would hide the edits from the next
+			// plan).
+			base = sql.NullString{}
+			if pe.base != nil {
+				base = sql.NullString{String: string(jsonv.Encode(*pe.base)), Valid: true}
+			}
+		case !(known && keep[k]) && t != nil:
 			var text string
 			switch err := s.queryRow(ctx, t.readSQL, []any{k.record}, &text); {
 			case err == nil:

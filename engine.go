@@ -79,7 +79,7 @@ type Report struct {
 	// Uploaded names the file uploaded, or "" if there was nothing to
 	// send. Changes that do not fit in one file (the store's
 	// MaxFileSize, MaxExpandedSize) go in several, uploaded one after
-	// another in rounds of the same Sync; Uploaded names the last.
+	// another by the same Sync; Uploaded names the last.
 	Uploaded string
 	// Recovered names an earlier sync's upload that did not commit and
 	// that this sync published and merged (see Sync).

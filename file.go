@@ -2,6 +2,7 @@ package drivesync
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
@@ -116,19 +117,27 @@ type fileEntry struct {
 }
 
 // patchWriter streams a patch file, within the store's limits on its
-// compressed and uncompressed size: fits says whether more bytes still
-// fit, so that the writer never makes a file every reader rejects.
+// compressed and uncompressed size: add says whether a change still fits,
+// so that the writer never makes a file every reader rejects.
+//
+// The compressed size of what the compressor has not flushed yet is only
+// bounded: deflate stores a block it cannot shrink, adding 5 bytes per
+// block of up to 64 KiB, and the bound allows a 64th more, plus the gzip
+// header and trailer. When the bound no longer fits, the compressor is
+// flushed and the bound starts again from the bytes written. Near the
+// limit, the writer ends the gzip stream and writes each further change
+// as a gzip member of its own, whose size it knows exactly before
+// writing it (gzip readers read concatenated members as one stream).
 type patchWriter struct {
-	bw  *bufio.Writer
-	gz  *gzip.Writer
 	out *countingWriter // the compressed bytes written so far
+	gz  *gzip.Writer
+	bw  *bufio.Writer // nil once the stream ended: one member per change
 	buf []byte
-	n   int
+	n   int // changes written
 
 	maxFile, maxExpanded int64
 	in                   int64 // uncompressed bytes written so far
-	// flushedIn and flushedOut are in and out.n at the last flush: the
-	// compressed size of what came since is not known, only bounded.
+	// flushedIn and flushedOut are in and out.n at the last flush.
 	flushedIn, flushedOut int64
 }
 
@@ -150,7 +159,7 @@ func newPatchWriter(w io.Writer, device string, l Limits) (*patchWriter, error) 
 	return pw, err
 }
 
-// entry encodes one change as add writes it, appending to b.
+// entry encodes one change as add takes it, appending to b.
 func (pw *patchWriter) entry(b []byte, table, record string, patch []byte, deleted, replaces bool, version int64) []byte {
 	b = append(b, ",\n{\"table_name\":"...)
 	b = jsonv.AppendString(b, table)
@@ -165,60 +174,105 @@ func (pw *patchWriter) entry(b []byte, table, record string, patch []byte, delet
 	return append(b, '}')
 }
 
-// fits reports whether n more uncompressed bytes (entries as entry
-// encodes them) fit in the file with its end. The compressed size of
-// what was not flushed yet is bounded from above: deflate stores a block
-// it cannot shrink, adding 5 bytes per block of up to 64 KiB, and the
-// bound allows a 64th more, plus the gzip header and trailer. When the
-// bound is too close to the limit, the compressor is flushed, and the
-// bound starts again from the bytes actually written.
-func (pw *patchWriter) fits(n int64) (bool, error) {
-	in := pw.in + n + int64(len(patchTrailer))
-	if in > pw.maxExpanded {
+// add writes the entries of one change (encoded by entry) if they fit
+// in the file with its end, and reports whether they did.
+func (pw *patchWriter) add(entries []byte) (bool, error) {
+	if pw.n == 0 {
+		entries = entries[1:] // no comma before the first
+	}
+	if pw.in+int64(len(entries))+int64(len(patchTrailer)) > pw.maxExpanded {
 		return false, nil
 	}
-	bound := func() int64 {
-		x := in - pw.flushedIn
-		return pw.flushedOut + x + x/64 + 64
-	}
-	if bound() <= pw.maxFile {
-		return true, nil
-	}
-	if pw.flushedIn < pw.in {
-		if err := pw.bw.Flush(); err != nil {
+	if pw.bw != nil {
+		bound := func() int64 {
+			x := pw.in - pw.flushedIn + int64(len(entries)) + int64(len(patchTrailer))
+			return pw.flushedOut + x + x/64 + 64
+		}
+		if bound() > pw.maxFile && pw.flushedIn < pw.in {
+			if err := pw.flush(); err != nil {
+				return false, err
+			}
+		}
+		if bound() <= pw.maxFile {
+			pw.in += int64(len(entries))
+			pw.n++
+			_, err := pw.bw.Write(entries)
+			return true, err
+		}
+		if err := pw.endStream(); err != nil {
 			return false, err
 		}
-		if err := pw.gz.Flush(); err != nil {
-			return false, err
-		}
-		pw.flushedIn, pw.flushedOut = pw.in, pw.out.n
 	}
-	return bound() <= pw.maxFile, nil
+	m, err := gzipMember([]byte(entries))
+	if err != nil {
+		return false, err
+	}
+	end, err := gzipMember([]byte(patchTrailer))
+	if err != nil {
+		return false, err
+	}
+	if pw.out.n+int64(len(m)+len(end)) > pw.maxFile {
+		return false, nil
+	}
+	pw.in += int64(len(entries))
+	pw.n++
+	_, err = pw.out.Write(m)
+	return true, err
 }
 
-// add writes entries encoded by entry (the first without its comma).
-func (pw *patchWriter) add(entries []byte) error {
-	if pw.n == 0 {
-		entries = entries[1:]
+func (pw *patchWriter) flush() error {
+	if err := pw.bw.Flush(); err != nil {
+		return err
 	}
-	pw.n++
-	pw.in += int64(len(entries))
-	_, err := pw.bw.Write(entries)
-	return err
+	if err := pw.gz.Flush(); err != nil {
+		return err
+	}
+	pw.flushedIn, pw.flushedOut = pw.in, pw.out.n
+	return nil
+}
+
+// endStream ends the gzip stream: what follows goes in members of its own.
+func (pw *patchWriter) endStream() error {
+	if err := pw.bw.Flush(); err != nil {
+		return err
+	}
+	pw.bw = nil
+	return pw.gz.Close()
+}
+
+// gzipMember returns b compressed as one gzip member.
+func gzipMember(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	gz, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := gz.Write(b); err != nil {
+		return nil, err
+	}
+	err = gz.Close()
+	return buf.Bytes(), err
 }
 
 // close ends the file. Its sizes are checked once more: a file over the
 // store's limits would be rejected by every reader.
 func (pw *patchWriter) close() error {
-	if _, err := pw.bw.WriteString(patchTrailer); err != nil {
-		return err
-	}
 	pw.in += int64(len(patchTrailer))
-	if err := pw.bw.Flush(); err != nil {
-		return err
-	}
-	if err := pw.gz.Close(); err != nil {
-		return err
+	if pw.bw != nil {
+		if _, err := pw.bw.WriteString(patchTrailer); err != nil {
+			return err
+		}
+		if err := pw.endStream(); err != nil {
+			return err
+		}
+	} else {
+		m, err := gzipMember([]byte(patchTrailer))
+		if err != nil {
+			return err
+		}
+		if _, err := pw.out.Write(m); err != nil {
+			return err
+		}
 	}
 	if pw.in > pw.maxExpanded || pw.out.n > pw.maxFile {
 		return fmt.Errorf("patch file of %d bytes (%d uncompressed) is over the store's limits (%d, %d)", pw.out.n, pw.in, pw.maxFile, pw.maxExpanded)

@@ -130,6 +130,7 @@ type harnessRemote struct {
 	// failPatches makes every patch upload fail before storing it, so
 	// that the sync leaves its file in the outbox.
 	failPatches bool
+	patches     atomic.Int64 // patch files stored
 }
 
 type world struct {
@@ -332,6 +333,9 @@ func (r *harnessRemote) Create(ctx context.Context, name string, content io.Read
 	}
 	if err := r.base.Create(ctx, name, content); err != nil {
 		return err
+	}
+	if strings.Contains(name, "/patch_") {
+		r.patches.Add(1)
 	}
 	r.w.damage(r.device, name)
 	if strings.Contains(name, "/snapshot_") {
@@ -567,11 +571,8 @@ func (d *hdevice) sync(rt *rapid.T, crashAt, writeAt string, write func()) error
 // the app write at a sync step, and counts what it did. Errors are
 // expected while faults are on.
 func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write func()) (Report, error) {
-	rounds := 0
+	patches := d.remote.patches.Load()
 	hooks(d.eng).step = func(p string) error {
-		if p == "planned" {
-			rounds++
-		}
 		if p == writeAt {
 			count("write during sync at " + p)
 			write()
@@ -631,7 +632,7 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		at, d.name, op, r.Downloaded, rejected, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, r.Skipped, err)
 	d.observe(rt)
 	countReport(r, snapshot, fresh)
-	if rounds > 1 {
+	if d.remote.patches.Load()-patches > 1 {
 		count("syncs whose changes took several files")
 	}
 	if r.Snapshot != "" && d.cfg.Limits.MaxRecordSize > 0 {

@@ -350,10 +350,10 @@ func TestUploadWithinExpandedLimit(t *testing.T) {
 }
 
 // Changes that do not fit in one patch file go out in several, in one
-// Sync: every file within the store's limits, compressed (random text
+// Sync, as one plan and one commit: every file within the store's limits, compressed (random text
 // hardly compresses) and uncompressed, and every change arrives. A
 // change too large for any file is reported and stays pending.
-func TestUploadInRounds(t *testing.T) {
+func TestUploadInSeveralFiles(t *testing.T) {
 	const maxFile, maxExpanded = 6 << 10, 12 << 10
 	remote := NewMemoryRemote()
 	a := newDevice(t, "dev-a", remote)

@@ -146,18 +146,28 @@ func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, e
 	}
 }
 
-// recoverOutbox publishes and adopts a file an earlier sync uploaded (or
-// meant to) without committing.
+// recoverOutbox publishes and adopts the files an earlier sync uploaded
+// (or meant to) without committing, in order.
 func (s *syncRun) recoverOutbox(ctx context.Context, l *listing) error {
+	for {
+		var name string
+		err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return &Error{Op: "recover upload", Err: err}
+		}
+		if err := s.recoverOne(ctx, l, name); err != nil {
+			return err
+		}
+	}
+}
+
+// recoverOne publishes and adopts one file of the outbox.
+func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error {
 	e := s.e
-	var name string
-	err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return &Error{Op: "recover upload", Err: err}
-	}
+	var err error
 	if at, _, _ := parsePatchName(name); at.Before(l.cursor.Add(-e.cfg.ListOverlap / 4)) {
 		// Published this late under its old name, the file could be
 		// taken as held by a snapshot written since, or compacted as
@@ -290,7 +300,11 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	if now, err = waitForVersions(ctx, p.maxSeen, now); err != nil {
 		return err
 	}
-	name := patchFileName(now, e.deviceID)
+	// The files' names are a millisecond apart: each is unique, in the
+	// order they were written.
+	for i, up := range p.uploads {
+		up.name = patchFileName(now.Add(time.Duration(i)*time.Millisecond), e.deviceID)
+	}
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "reserve versions", Err: err}
 	}
@@ -305,11 +319,13 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 		if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(p.maxSeen, 10)); err != nil {
 			return err
 		}
-		if err := saveOutbox(ctx, s.conn, name, p.upload); err != nil {
-			return err
-		}
-		if err := noteUpload(ctx, s.conn, name); err != nil {
-			return err
+		for _, up := range p.uploads {
+			if err := saveOutbox(ctx, s.conn, up.name, up.f); err != nil {
+				return err
+			}
+			if err := noteUpload(ctx, s.conn, up.name); err != nil {
+				return err
+			}
 		}
 		_, err = s.conn.ExecContext(ctx, "COMMIT")
 		return err
@@ -318,30 +334,38 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return &Error{Op: "reserve versions", Err: err}
 	}
-	e.progress("upload", 0, 1)
-	for attempt := 0; ; attempt++ {
-		if _, err := p.upload.Seek(0, io.SeekStart); err != nil {
-			return &Error{Op: "upload", File: name, Err: err}
+	for i, up := range p.uploads {
+		e.progress("upload", i, len(p.uploads))
+		if err := s.uploadOne(ctx, up); err != nil {
+			return err
 		}
-		err := e.cfg.Remote.Create(ctx, name, p.upload)
+		s.report.Uploaded = up.name
+		e.log.Info("drivesync: uploaded", "file", up.name, "changes", up.sent)
+	}
+	s.report.ChangesSent = p.sent
+	e.progress("upload", len(p.uploads), len(p.uploads))
+	return nil
+}
+
+// uploadOne uploads one planned file, stored in the outbox.
+func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
+	for attempt := 0; ; attempt++ {
+		if _, err := up.f.Seek(0, io.SeekStart); err != nil {
+			return &Error{Op: "upload", File: up.name, Err: err}
+		}
+		err := s.e.cfg.Remote.Create(ctx, up.name, up.f)
 		if err == nil {
-			break
+			return nil
 		}
 		if !errors.Is(err, fs.ErrExist) || attempt == 3 {
-			return remoteErr("upload", name, err)
+			return remoteErr("upload", up.name, err)
 		}
 		// Another file has this name (a clock that went back): the
 		// outbox must not later take that file for ours. Rename.
-		if name, err = s.renameOutbox(ctx, name); err != nil {
+		if up.name, err = s.renameOutbox(ctx, up.name); err != nil {
 			return err
 		}
 	}
-	p.uploaded = name
-	s.report.Uploaded = name
-	s.report.ChangesSent += p.sent
-	e.progress("upload", 1, 1)
-	e.log.Info("drivesync: uploaded", "file", name, "changes", p.sent)
-	return nil
 }
 
 // noteUpload records a file name this database uploads, before it tries:

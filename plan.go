@@ -17,20 +17,27 @@ import (
 
 // plan is what the plan phase made.
 type plan struct {
-	changes     *spool   // every pending record, in version order
-	upload      *os.File // the patch file of the changes to send; nil if none
-	sent        int      // changes in the upload
-	uploaded    string   // the upload's name, once published
-	base        int64    // sync_meta.max_version when the plan was made
-	maxSeen     int64    // the largest version seen in the files or stamped here
-	dataVersion int64    // PRAGMA data_version when the pending rows were read
-	// skipped are the pending records not sent (Report.Skipped, or left
-	// for the next file), with what their rows showed before the app's
-	// edits (nil: no row): the base of those edits, which stay pending.
+	changes *spool // every pending record, in version order
+	// uploads are the patch files of the changes to send, in order: one,
+	// or several when the changes do not fit in one file (the store's
+	// MaxFileSize, MaxExpandedSize). None if nothing is sent.
+	uploads     []*upload
+	sent        int   // changes in the uploads
+	base        int64 // sync_meta.max_version when the plan was made
+	maxSeen     int64 // the largest version seen in the files or stamped here
+	dataVersion int64 // PRAGMA data_version when the pending rows were read
+	// skipped are the pending records not sent (Report.Skipped), with what
+	// their rows showed before the app's edits (nil: no row): the base of
+	// those edits, which stay pending.
 	skipped map[recordKey]*jsonv.Value
-	// more is set when the upload is full and pending records wait for
-	// the next one: Sync runs another round.
-	more bool
+}
+
+// upload is one patch file to send.
+type upload struct {
+	f    *os.File
+	pw   *patchWriter
+	sent int    // changes in it
+	name string // its name, once published
 }
 
 // plan reads every pending record in one read transaction, diffs it
@@ -61,7 +68,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	if err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
-	var pw *patchWriter
+	var up *upload // the file being written
 	var entries []byte
 	for _, t := range e.order {
 		rows, err := s.conn.QueryContext(ctx, t.pendingSQL(), t.name)
@@ -73,11 +80,6 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 			if err := rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.refused, &r.base); err != nil {
 				rows.Close()
 				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
-			}
-			if p.more {
-				// The file is full: the rest goes in the next one.
-				p.skipped[recordKey{t.name, r.id}] = r.shown()
-				continue
 			}
 			c, skip := s.planRecord(t, r, hidden[recordKey{t.name, r.id}])
 			if skip {
@@ -94,35 +96,17 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 					rows.Close()
 					return nil, &Error{Op: "write upload", Table: t.name, Record: r.id, Err: err}
 				}
-				if pw == nil {
-					if pw, err = s.newUpload(p); err != nil {
-						rows.Close()
-						return nil, err
-					}
-				}
-				// The parts of a change are one write: they go in
-				// one file, or wait for the next together.
-				entries = entries[:0]
-				for _, w := range writes {
-					entries = pw.entry(entries, w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version)
-				}
-				fits, err := pw.fits(int64(len(entries)))
-				if err != nil {
+				// The parts of a change are one write: they go in one
+				// file. A change that does not fit in the current file
+				// starts the next; one that fits in no file is not sent.
+				if up, skip, err = s.place(p, up, writes, &entries); err != nil {
 					rows.Close()
-					return nil, &Error{Op: "write upload", Err: err}
+					return nil, err
 				}
-				if !fits {
+				if skip {
+					s.skipRecord(t.name, r.id, fmt.Errorf("the change takes %d bytes, more than a patch file may hold (the store's MaxExpandedSize is %d, MaxFileSize %d)", len(entries), s.limits.MaxExpandedSize, s.limits.MaxFileSize))
 					p.skipped[recordKey{t.name, r.id}] = r.shown()
-					if pw.n == 0 {
-						s.skipRecord(t.name, r.id, fmt.Errorf("the change takes %d bytes, more than a patch file may hold (the store's MaxExpandedSize is %d, MaxFileSize %d)", len(entries), s.limits.MaxExpandedSize, s.limits.MaxFileSize))
-					} else {
-						p.more = true
-					}
 					continue
-				}
-				if err := pw.add(entries); err != nil {
-					rows.Close()
-					return nil, &Error{Op: "write upload", Err: err}
 				}
 				p.sent += len(writes)
 			}
@@ -136,10 +120,15 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 		}
 	}
-	if pw != nil {
-		if err := pw.close(); err != nil {
+	if up != nil {
+		if err := up.pw.close(); err != nil {
 			return nil, &Error{Op: "write upload", Err: err}
 		}
+		if up.sent == 0 { // only changes too large for any file
+			p.uploads = p.uploads[:len(p.uploads)-1]
+		}
+	}
+	if len(p.uploads) > 0 {
 		p.maxSeen = versions.last()
 	}
 	return p, nil
@@ -454,15 +443,52 @@ func (s *syncRun) skipRecord(table, id string, err error) {
 	s.report.Skipped = append(s.report.Skipped, RecordError{Table: table, Record: id, Err: &Error{Op: "read", Table: table, Record: id, Err: err}})
 }
 
-func (s *syncRun) newUpload(p *plan) (*patchWriter, error) {
+// place writes the writes of one change to up, the upload being
+// written, or to a new one if they do not fit in it (up nil: none yet),
+// and returns the upload they went to. skip reports a change too large
+// for an empty file; entries is a buffer, left holding their encoding.
+func (s *syncRun) place(p *plan, up *upload, writes []fileChange, entries *[]byte) (_ *upload, skip bool, err error) {
+	for {
+		if up == nil {
+			if up, err = s.newUpload(p); err != nil {
+				return nil, false, err
+			}
+		}
+		*entries = (*entries)[:0]
+		for _, w := range writes {
+			*entries = up.pw.entry(*entries, w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version)
+		}
+		fits, err := up.pw.add(*entries)
+		switch {
+		case err != nil:
+			return up, false, &Error{Op: "write upload", Err: err}
+		case fits:
+			up.sent += len(writes)
+			return up, false, nil
+		case up.pw.n == 0:
+			return up, true, nil
+		}
+		if err := up.pw.close(); err != nil {
+			return up, false, &Error{Op: "write upload", Err: err}
+		}
+		up = nil
+	}
+}
+
+func (s *syncRun) newUpload(p *plan) (*upload, error) {
 	f, err := os.CreateTemp(s.e.cfg.TempDir, "drivesync-upload-*")
 	if err != nil {
 		return nil, &Error{Op: "write upload", Err: err}
 	}
-	p.upload = f
 	s.onDone(func() {
 		f.Close()
 		os.Remove(f.Name())
 	})
-	return newPatchWriter(f, s.e.deviceID, s.limits)
+	pw, err := newPatchWriter(f, s.e.deviceID, s.limits)
+	if err != nil {
+		return nil, &Error{Op: "write upload", Err: err}
+	}
+	up := &upload{f: f, pw: pw}
+	p.uploads = append(p.uploads, up)
+	return up, nil
 }

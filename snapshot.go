@@ -183,10 +183,14 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	}
 	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize)
 	endTx(s.conn) // a read transaction: ends the snapshot of the database
-	if err != nil {
+	if err == nil {
+		err = s.verifyState(f)
+	} else if errors.Is(err, errTooLarge) { // a value no entry can hold
+		err = classifyFileErr(err)
+	} else {
 		return "", &Error{Op: op, Err: err}
 	}
-	if err := s.verifyState(f); err != nil {
+	if err != nil {
 		return "", &Error{Op: op, Err: fmt.Errorf("%w: %w (not uploaded: other devices could not read it)", errUnreadableState, err)}
 	}
 	now, err := e.cfg.Remote.Now(ctx)

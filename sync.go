@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -59,111 +58,60 @@ func (e *Engine) Sync(ctx context.Context) (Report, error) {
 //
 // Only the connection, the report and the store binding belong to the
 // whole run (syncRun).
-//
-// Changes that do not fit in one patch file (the store's MaxFileSize and
-// MaxExpandedSize) go out in rounds, one file each, until none waits.
 func (s *syncRun) sync(ctx context.Context) (*listing, *fetched, error) {
-	var done Report
-	for {
-		s.report = Report{}
-		l, f, more, err := s.round(ctx)
-		done = mergeReports(done, s.report)
-		if err != nil || !more {
-			s.report = done
-			return l, f, err
-		}
-		s.cleanup()
-	}
-}
-
-// mergeReports returns what two rounds of one sync did: the later round
-// planned every pending record and retried every unwritten row again, so
-// its Skipped and Unwritten stand.
-func mergeReports(a, b Report) Report {
-	r := b
-	r.Downloaded = append(a.Downloaded, b.Downloaded...)
-	if r.Uploaded == "" {
-		r.Uploaded = a.Uploaded
-	}
-	if r.Recovered == "" {
-		r.Recovered = a.Recovered
-	}
-	r.ChangesReceived += a.ChangesReceived
-	r.ChangesSent += a.ChangesSent
-	r.Unregistered += a.Unregistered
-	r.Rejected = nil
-	for _, x := range a.Rejected {
-		if !slices.ContainsFunc(b.Rejected, func(y FileError) bool { return y.Name == x.Name }) {
-			r.Rejected = append(r.Rejected, x)
-		}
-	}
-	r.Rejected = append(r.Rejected, b.Rejected...)
-	return r
-}
-
-// round runs one sync round; more reports changes left for another.
-func (s *syncRun) round(ctx context.Context) (_ *listing, _ *fetched, more bool, _ error) {
-	l, f, p, err := s.roundPlan(ctx)
-	if p != nil {
-		more = p.more
-	}
-	return l, f, more, err
-}
-
-func (s *syncRun) roundPlan(ctx context.Context) (*listing, *fetched, *plan, error) {
 	l, err := s.list(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	rebound, err := s.bind(ctx, l)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if rebound { // joined another store: list it from the start
 		if l, err = s.list(ctx); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 	}
 	if err := s.recoverOutbox(ctx, l); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.checkCopied(ctx, l); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	f, err := s.fetch(ctx, l)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.hook("fetched"); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	p, err := s.plan(ctx, f)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.hook("planned"); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	unwritten, err := s.hasUnwritten(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if p.changes.n == 0 && f.empty() && !unwritten {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
-		return l, f, p, s.saveCursor(ctx, l)
+		return l, f, s.saveCursor(ctx, l)
 	}
 	if p.sent > 0 {
 		if err := s.publish(ctx, p); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 	}
 	if err := s.hook("uploaded"); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	// A failure from here on leaves the uploaded file in place and in the
 	// outbox: the next sync adopts it (see outbox.go).
-	return l, f, p, s.commit(ctx, l, f, p)
+	return l, f, s.commit(ctx, l, f, p)
 }
 
 // run runs fn with a fresh syncRun, one at a time.
@@ -207,17 +155,13 @@ type syncRun struct {
 // onDone registers fn to run when the run ends, however it ends.
 func (s *syncRun) onDone(fn func()) { s.closes = append(s.closes, fn) }
 
-// cleanup removes the run's temporary files (also between the rounds of
-// a sync) and closes its statements.
 func (s *syncRun) cleanup() {
 	for _, fn := range s.closes {
 		fn()
 	}
-	s.closes = nil
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	s.stmts = nil
 }
 
 // stepHook, set only by this package's tests, runs at each step boundary
