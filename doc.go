@@ -27,7 +27,8 @@
 // devices it has not applied yet; diffs each locally changed record
 // against its last synced state from before those downloads; stamps the
 // changes with Lamport versions above everything it has seen; uploads
-// them as one gzip file of RFC 7396 merge patches; and applies everything
+// them as one gzip file of RFC 7396 merge patches (several, past the
+// store's file limits); and applies everything
 // to the synced state (table sync_states) and the app's tables in one
 // transaction. Nothing is ever overwritten on the remote, so devices need
 // no lock and the remote may be eventually consistent.

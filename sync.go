@@ -18,7 +18,8 @@ import (
 //     changed is never sent back with its old value.
 //  3. Stamp the changes maxSeen+1+i, where maxSeen covers the synced
 //     state, the downloaded files and any earlier reservation.
-//  4. Upload them as one gzip patch file.
+//  4. Upload them as one gzip patch file (several when they do not fit in
+//     one under the store's limits, each change whole in one of them).
 //  5. In one transaction: merge the downloaded and own changes into
 //     sync_states, write the app's tables from it, clear the pending
 //     records that were sent, and commit.
