@@ -130,6 +130,7 @@ type harnessRemote struct {
 	// failPatches makes every patch upload fail before storing it, so
 	// that the sync leaves its file in the outbox.
 	failPatches bool
+	heldUploads int          // patch uploads failPatches failed
 	patches     atomic.Int64 // patch files stored
 }
 
@@ -325,6 +326,7 @@ var formatRE = regexp.MustCompile(`^\{"format":[0-9]+`)
 
 func (r *harnessRemote) Create(ctx context.Context, name string, content io.Reader) error {
 	if r.failPatches && strings.Contains(name, "/patch_") {
+		r.heldUploads++
 		count("fault upload held in outbox")
 		return errFault
 	}
@@ -1387,6 +1389,12 @@ func offlineAcrossCompactions(rt *rapid.T, w *world, m *model, devs []*hdevice, 
 		o.run(rt, snapshot, crashAt, "", nil)
 	}
 	rt.Logf("%s: back online", d.name)
+	if w.drive != nil && d.remote.heldUploads > 0 {
+		// Its first upload, the held one, meets a 503 and is retried
+		// from the outbox's stored bytes.
+		w.drive.Fail(drivefake.Fault{Method: "POST", PathPrefix: "/upload/drive/v3/files", Status: http.StatusServiceUnavailable, Times: 1})
+		count("fault drive 503 on a held upload's retry")
+	}
 	d.sync(rt, "", "", nil)
 }
 
