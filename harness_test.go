@@ -151,10 +151,14 @@ type world struct {
 	// a replayed schedule names its files the same; the DriveRemote
 	// estimates Drive's clock from the real one, so over Drive it is the
 	// real time elapsed.
-	start     time.Time
-	began     time.Time
-	virtual   bool
-	ticks     atomic.Int64
+	start   time.Time
+	began   time.Time
+	virtual bool
+	ticks   atomic.Int64
+	// tick is how far the virtual clock moves per reading: a millisecond,
+	// or, as on a fast machine where a whole sync takes less than one,
+	// a microsecond.
+	tick      time.Duration
 	offset    atomic.Int64
 	retention time.Duration // every device's Config.Retention
 	limits    Limits        // every device's Config.Limits: the store's
@@ -211,7 +215,7 @@ const maxLag = DefaultListOverlap / 2
 func (w *world) now() time.Time {
 	elapsed := time.Since(w.began)
 	if w.virtual {
-		elapsed = time.Duration(w.ticks.Add(1)) * time.Millisecond
+		elapsed = time.Duration(w.ticks.Add(1)) * w.tick
 	}
 	return w.start.Add(time.Duration(w.offset.Load()) + elapsed)
 }
@@ -1008,6 +1012,11 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	monthEnd := time.Date(2026, time.Month(rapid.IntRange(1, 12).Draw(rt, "month")+1), 1, 0, 0, 0, 0, time.UTC)
 	w.start = monthEnd.Add(-time.Duration(rapid.IntRange(1, 30*24).Draw(rt, "hoursToMonthEnd")) * time.Hour)
 	w.began, w.virtual = time.Now(), !overDrive
+	w.tick = time.Millisecond
+	if rapid.IntRange(0, 3).Draw(rt, "fastClock") == 0 {
+		w.tick = time.Microsecond
+		count("schedules whose remote clock moves a microsecond per reading")
+	}
 	w.mem.SetClock(w.now)
 	w.retention = time.Duration(rapid.IntRange(1, 24).Draw(rt, "retentionHours")) * time.Hour
 	rt.Logf("remote clock starts at %v; retention %v", w.start.Format(time.RFC3339), w.retention)

@@ -263,23 +263,44 @@ func waitForVersions(ctx context.Context, maxSeen int64, now time.Time) (time.Ti
 	return ready, nil
 }
 
-// renameOutbox gives the stored upload a new name, later than old.
+// patchTime returns the time to name this database's next patch file
+// by: now, or a millisecond after the newest patch name it ever used
+// (every name is recorded before its upload, see noteUpload), whichever is
+// later. Names then never meet: not those of one sync's several files,
+// not those of a sync that follows within the same millisecond, nor an
+// outbox file's new name (see renameOutbox), even with a remote clock
+// that stands still or goes back.
+func (s *syncRun) patchTime(ctx context.Context, now time.Time) (time.Time, error) {
+	var last sql.NullString
+	if err := s.conn.QueryRowContext(ctx, `SELECT max(name) FROM sync_uploaded WHERE name GLOB '*/patch_*'`).Scan(&last); err != nil {
+		return now, err
+	}
+	if at, _, ok := parsePatchName(last.String); ok && !now.Truncate(time.Millisecond).After(at) {
+		now = at.Add(time.Millisecond)
+	}
+	return now, nil
+}
+
+// renameOutbox gives the stored upload a new name, later than every name
+// used before, old included.
 func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) {
 	now, err := s.e.cfg.Remote.Now(ctx)
 	if err != nil {
 		return "", remoteErr("upload", old, err)
 	}
-	if at, _, _ := parsePatchName(old); !now.After(at) {
-		now = at.Add(time.Millisecond)
-	}
-	name := patchFileName(now, s.e.deviceID)
-	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old); err != nil {
+	if now, err = s.patchTime(ctx, now); err != nil {
 		return "", &Error{Op: "upload", File: old, Err: err}
 	}
-	if err := noteUpload(ctx, s.conn, name); err != nil {
-		return "", &Error{Op: "upload", File: name, Err: err}
-	}
-	return name, nil
+	name := patchFileName(now, s.e.deviceID)
+	// In one transaction: an outbox file whose name is not recorded as
+	// this database's would look, once uploaded, like a copy's.
+	err = s.inTx(ctx, func() error {
+		if _, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old); err != nil {
+			return err
+		}
+		return noteUpload(ctx, s.conn, name)
+	})
+	return name, err
 }
 
 // publish reserves the versions it is about to publish and stores the
@@ -301,7 +322,10 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 		return err
 	}
 	// The files' names are a millisecond apart: each is unique, in the
-	// order they were written.
+	// order they were written, and after every name used before.
+	if now, err = s.patchTime(ctx, now); err != nil {
+		return &Error{Op: "upload", Err: err}
+	}
 	for i, up := range p.uploads {
 		up.name = patchFileName(now.Add(time.Duration(i)*time.Millisecond), e.deviceID)
 	}

@@ -289,9 +289,10 @@ func TestVersionsAllowed(t *testing.T) {
 	}
 }
 
-// A remote clock that does not move makes a device's next upload name
-// collide with its last one: the engine renames, never takes the other
-// file for its own.
+// A remote clock that does not move must not make a device's upload names
+// collide with its earlier ones; a name another file took meanwhile (a
+// copy of the database, a hostile writer) is renamed at recovery, and the
+// other file never taken for the device's own.
 func TestUploadNameCollision(t *testing.T) {
 	mem := NewMemoryRemote()
 	frozen := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -304,9 +305,8 @@ func TestUploadNameCollision(t *testing.T) {
 	if r1.Uploaded == r2.Uploaded || r2.Uploaded == "" {
 		t.Fatalf("uploads %q and %q", r1.Uploaded, r2.Uploaded)
 	}
-	// The same at recovery: the first attempt fails before storing, and
-	// the stored upload's name is already taken by another file (the
-	// first upload, under the frozen clock).
+	// At recovery: the first attempt fails before storing, and another
+	// file takes the stored upload's name meanwhile.
 	fr := &failingRemote{Remote: mem, failCreate: true}
 	a.cfg.Remote = fr
 	a.open()
@@ -316,9 +316,10 @@ func TestUploadNameCollision(t *testing.T) {
 	}
 	var pending string
 	a.db.QueryRow(`SELECT name FROM sync_outbox`).Scan(&pending)
-	if pending != r1.Uploaded {
-		t.Fatalf("outbox name %q, want the colliding %q", pending, r1.Uploaded)
+	if pending == r1.Uploaded || pending == r2.Uploaded {
+		t.Fatalf("outbox name %q repeats an earlier upload's", pending)
 	}
+	writeRaw(t, mem, pending, true, `{"format":2,"device":"dev-a","changes":[]}`)
 	fr.failCreate = false
 	if r := a.sync(); r.Recovered == "" || r.Recovered == pending {
 		t.Fatalf("recovered %q, want the upload under a new name (not %q)", r.Recovered, pending)
