@@ -37,20 +37,27 @@ const (
 )
 
 // versionsAllowed returns the largest version a file named at "at" may
-// carry.
+// carry. Names carry milliseconds, and so does the bound: a device judging
+// a file by its own clock (see checkVersions) takes no version that a
+// snapshot it names at that clock's time could not carry.
 func versionsAllowed(at time.Time) int64 {
-	d := max(at.Sub(versionEpoch), 0)
+	d := max(at.Truncate(time.Millisecond).Sub(versionEpoch), 0)
 	v := versionBase + int64(d/time.Second)*versionRate + int64(d%time.Second)*versionRate/int64(time.Second)
 	return min(v, maxVersion)
 }
 
-// versionTime returns when versionsAllowed first reaches v.
+// versionTime returns when versionsAllowed first reaches v: a whole
+// millisecond.
 func versionTime(v int64) time.Time {
 	if v <= versionBase {
 		return versionEpoch
 	}
 	n := v - versionBase
-	return versionEpoch.Add(time.Duration(n/versionRate)*time.Second + time.Duration((n%versionRate)*int64(time.Second)/versionRate) + 1)
+	t := versionEpoch.Add(time.Duration(n/versionRate)*time.Second + time.Duration((n%versionRate)*int64(time.Second)/versionRate)).Truncate(time.Millisecond)
+	for versionsAllowed(t) < v {
+		t = t.Add(time.Millisecond)
+	}
+	return t
 }
 
 // A stamp identifies one write: the Lamport version it was given and the

@@ -330,3 +330,36 @@ func TestUploadNameCollision(t *testing.T) {
 		t.Fatal("the renamed upload never arrived")
 	}
 }
+
+// A device whose own changes are stamped at the time bound, with the
+// remote's clock standing still, names them a little after the clock (see
+// waitForVersions). A snapshot it writes then must be named no earlier
+// than its versions allow, or every other device would reject it.
+// (Found by the harness once its clock could move less than a
+// millisecond between readings.)
+func TestSnapshotNamedAfterItsVersions(t *testing.T) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
+	writeRaw(t, mem, patchFileName(clk.now(), "dev-x"), true, fmt.Sprintf(
+		`{"format":2,"device":"dev-x","changes":[{"table_name":"notes","record_id":"x","patch":{"a":1},"sync_version":%d}]}`, versionsAllowed(clk.now())))
+	a.sync()
+	a.put("mine", `{"v":1}`)
+	if r := a.sync(); r.ChangesSent != 1 {
+		t.Fatalf("a could not send its change: %+v", r)
+	}
+	r, err := a.eng.Snapshot(context.Background())
+	if err != nil || r.Snapshot == "" {
+		t.Fatalf("Snapshot: %+v, %v", r, err)
+	}
+	clk.add(time.Second) // the clock reaches the versions a's files carry
+	if rb := b.sync(); len(rb.Rejected) != 0 {
+		t.Fatalf("b rejected %v", rb.Rejected)
+	}
+	c := newDevice(t, "dev-c", mem)
+	if rc := c.sync(); len(rc.Rejected) != 0 {
+		t.Fatalf("c rejected %v", rc.Rejected)
+	}
+	assertConverged(t, a, b, c)
+}

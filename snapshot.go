@@ -200,6 +200,16 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	if now.Before(l.cursor) {
 		now = l.cursor
 	}
+	// Named no earlier than its versions allow: this device's own
+	// changes may be named after the remote's clock (see
+	// waitForVersions), and the state holds them.
+	top, err := getMetaInt(ctx, s.conn, metaMaxVersion)
+	if err != nil {
+		return "", &Error{Op: op, Err: err}
+	}
+	if now, err = waitForVersions(ctx, top, now); err != nil {
+		return "", err
+	}
 	for attempt := 0; ; attempt++ {
 		name := remoteFileName(kind, now, e.deviceID)
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
