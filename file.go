@@ -203,15 +203,11 @@ func (pw *patchWriter) add(entries []byte) (bool, error) {
 			return false, err
 		}
 	}
-	m, err := gzipMember([]byte(entries))
+	m, err := gzipMember(entries)
 	if err != nil {
 		return false, err
 	}
-	end, err := gzipMember([]byte(patchTrailer))
-	if err != nil {
-		return false, err
-	}
-	if pw.out.n+int64(len(m)+len(end)) > pw.maxFile {
+	if pw.out.n+int64(len(m)+len(trailerMember)) > pw.maxFile {
 		return false, nil
 	}
 	pw.in += int64(len(entries))
@@ -240,6 +236,9 @@ func (pw *patchWriter) endStream() error {
 	return pw.gz.Close()
 }
 
+// trailerMember is patchTrailer as a gzip member of its own.
+var trailerMember, _ = gzipMember([]byte(patchTrailer))
+
 // gzipMember returns b compressed as one gzip member.
 func gzipMember(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
@@ -265,14 +264,8 @@ func (pw *patchWriter) close() error {
 		if err := pw.endStream(); err != nil {
 			return err
 		}
-	} else {
-		m, err := gzipMember([]byte(patchTrailer))
-		if err != nil {
-			return err
-		}
-		if _, err := pw.out.Write(m); err != nil {
-			return err
-		}
+	} else if _, err := pw.out.Write(trailerMember); err != nil {
+		return err
 	}
 	if pw.in > pw.maxExpanded || pw.out.n > pw.maxFile {
 		return fmt.Errorf("patch file of %d bytes (%d uncompressed) is over the store's limits (%d, %d)", pw.out.n, pw.in, pw.maxFile, pw.maxExpanded)

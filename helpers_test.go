@@ -275,3 +275,22 @@ func init() {
 		return nil
 	}
 }
+
+// clockedRemote returns a MemoryRemote on a clock that moves only when a
+// test moves it.
+func clockedRemote() (*MemoryRemote, *reproClock) {
+	mem := NewMemoryRemote()
+	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
+	mem.SetClock(clk.now)
+	return mem, clk
+}
+
+// storeDevice returns a device that creates the store on remote, with
+// limits as the store's.
+func storeDevice(t testing.TB, name string, remote Remote, limits Limits) *device {
+	d := newDevice(t, name, remote)
+	d.cfg.Limits = limits
+	d.open()
+	d.sync()
+	return d
+}

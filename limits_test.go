@@ -75,9 +75,7 @@ func TestMarkerLimitsBounded(t *testing.T) {
 // it alone holds the record's exact state. (Before, such a record made
 // every snapshot unreadable.)
 func TestTombstonesOverLimitInSnapshot(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a := newDevice(t, "dev-a", mem)
 	a.cfg.Limits = Limits{MaxRecordSize: 2048}
 	a.cfg.Retention = time.Minute
@@ -122,9 +120,7 @@ func TestTombstonesOverLimitInSnapshot(t *testing.T) {
 // does not upload it, so nothing is compacted on its authority and a new
 // device still receives everything from the patch files.
 func TestUnreadableSnapshotNotUploaded(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a := newDevice(t, "dev-a", mem)
 	a.cfg.Limits = Limits{MaxSnapshotSize: 1024}
 	a.cfg.Retention = time.Minute
@@ -157,9 +153,7 @@ func TestUnreadableSnapshotNotUploaded(t *testing.T) {
 // stays readable. A writer with more files than the bound lists the
 // oldest; a new device downloads the others as well.
 func TestSnapshotHeaderOfBusyStore(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a := newDevice(t, "dev-a", mem)
 	a.cfg.Limits = Limits{MaxRecordSize: 1024, MaxHeldFiles: 1024}
 	a.open()
@@ -324,10 +318,7 @@ func TestSplitPatchEqualsWhole(t *testing.T) {
 // stays pending, and goes out once the app makes it smaller.
 func TestUploadWithinExpandedLimit(t *testing.T) {
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote)
-	a.cfg.Limits = Limits{MaxRecordSize: 1024, MaxExpandedSize: 2048}
-	a.open()
-	a.sync()
+	a := storeDevice(t, "dev-a", remote, Limits{MaxRecordSize: 1024, MaxExpandedSize: 2048})
 	b := newDevice(t, "dev-b", remote)
 	b.sync()
 	var m []string
@@ -356,10 +347,7 @@ func TestUploadWithinExpandedLimit(t *testing.T) {
 func TestUploadInSeveralFiles(t *testing.T) {
 	const maxFile, maxExpanded = 6 << 10, 12 << 10
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote)
-	a.cfg.Limits = Limits{MaxRecordSize: 8 << 10, MaxFileSize: maxFile, MaxExpandedSize: maxExpanded}
-	a.open()
-	a.sync()
+	a := storeDevice(t, "dev-a", remote, Limits{MaxRecordSize: 8 << 10, MaxFileSize: maxFile, MaxExpandedSize: maxExpanded})
 	b := newDevice(t, "dev-b", remote)
 	b.sync()
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -417,13 +405,8 @@ func TestUploadInSeveralFiles(t *testing.T) {
 // holding it was refused, for good). A new device bootstraps from the
 // snapshot alone.
 func TestRecordOverLimitInSnapshot(t *testing.T) {
-	remote := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	remote.SetClock(clk.now)
-	a := newDevice(t, "dev-a", remote)
-	a.cfg.Limits = Limits{MaxRecordSize: 1024}
-	a.open()
-	a.sync()
+	remote, clk := clockedRemote()
+	a := storeDevice(t, "dev-a", remote, Limits{MaxRecordSize: 1024})
 	b := newDevice(t, "dev-b", remote)
 	b.sync()
 	a.put("r", fmt.Sprintf(`{"p":%q,"q":%q}`, strings.Repeat("p", 600), strings.Repeat("q", 600)))

@@ -66,13 +66,8 @@ func TestSeveralFilesBackToBackNames(t *testing.T) {
 // still move on from the last one used, and a rename never lands on
 // another file of the outbox.
 func TestSeveralFilesNamesWithStillClock(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
-	a := newDevice(t, "dev-a", mem)
-	a.cfg.Limits = Limits{MaxExpandedSize: 1024}
-	a.open()
-	a.sync()
+	mem, _ := clockedRemote() // a clock that stands still
+	a := storeDevice(t, "dev-a", mem, Limits{MaxExpandedSize: 1024})
 	a.put("x", `{"v":1}`)
 	a.sync() // one file, named T
 	bulkPuts(a, 1, 8)

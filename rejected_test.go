@@ -52,9 +52,7 @@ func (r *truncatingRemote) Open(ctx context.Context, name string) (io.ReadCloser
 // have been completed. Before, it was recorded as applied and never
 // loaded, and the patch file it replaced was lost to that device.
 func TestRejectedSnapshotReadAgain(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	tb := &truncatingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
 	withRetention(a, time.Minute)
@@ -93,9 +91,7 @@ func TestRejectedSnapshotReadAgain(t *testing.T) {
 // A rejected patch file is read again by name once it may have changed,
 // although the remote lists only files created since the cursor.
 func TestRejectedFileReadAgainByName(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	tb := &truncatingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
 	a.put("n", `{"v":1}`)
@@ -165,9 +161,7 @@ func TestCorruptFileHealedBySnapshot(t *testing.T) {
 // already checked), is taken from a snapshot that holds it. Before, the
 // device forgot the file and never received its records.
 func TestRejectedFileCompactedMeanwhile(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	tb := &truncatingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", tb)
 	withRetention(a, time.Minute)
@@ -226,9 +220,7 @@ func (r *onceRemote) Open(ctx context.Context, name string) (io.ReadCloser, erro
 // file, the device loaded its own snapshot to recover it, took the
 // checked snapshot as held, and never received the file's records.
 func TestSnapshotNotCheckedWhenItsFileIsRejected(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	refuse := &refusingRemote{Remote: mem}
 	once := &onceRemote{Remote: refuse, opened: map[string]int{}, names: map[string]bool{}}
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", once)
@@ -317,9 +309,7 @@ func (g *goneOnOpen) Open(ctx context.Context, name string) (io.ReadCloser, erro
 // Before, the newer snapshot was recorded as checked; files compacted on
 // the older one's authority never reached this device.
 func TestSnapshotGoneWhileCheckingNotChecked(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	view := &goneOnOpen{Remote: mem}
 	a := newDevice(t, "dev-a", mem)
 	x := newDevice(t, "dev-x", view)

@@ -204,9 +204,7 @@ func TestDirtyRowRewrittenCanonical(t *testing.T) {
 // new or old, judges a file alike. A version at the stamping limit used to
 // be accepted, after which no device could ever send a change again.
 func TestVersionLimit(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	b := newDevice(t, "dev-b", mem)
 	file := func(at time.Time, v int64) {
 		writeRaw(t, mem, patchFileName(at, "dev-x"), true, fmt.Sprintf(
@@ -338,9 +336,7 @@ func TestUploadNameCollision(t *testing.T) {
 // (Found by the harness once its clock could move less than a
 // millisecond between readings.)
 func TestSnapshotNamedAfterItsVersions(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
 	writeRaw(t, mem, patchFileName(clk.now(), "dev-x"), true, fmt.Sprintf(
 		`{"format":2,"device":"dev-x","changes":[{"table_name":"notes","record_id":"x","patch":{"a":1},"sync_version":%d}]}`, versionsAllowed(clk.now())))

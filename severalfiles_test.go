@@ -70,10 +70,7 @@ func TestEditInSeveralFilesKeptWhenRebaseRefused(t *testing.T) {
 // by a bound that takes it for incompressible.
 func TestCompressibleChangeOverFileSizeSent(t *testing.T) {
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote)
-	a.cfg.Limits = Limits{MaxRecordSize: 4096, MaxFileSize: 1024, MaxExpandedSize: 8192}
-	a.open()
-	a.sync()
+	a := storeDevice(t, "dev-a", remote, Limits{MaxRecordSize: 4096, MaxFileSize: 1024, MaxExpandedSize: 8192})
 	b := newDevice(t, "dev-b", remote)
 	b.sync()
 	a.put("r", fmt.Sprintf(`{"text":%q}`, strings.Repeat("a", 2000))) // ~2 KB, compresses to ~50 bytes
@@ -97,10 +94,7 @@ func TestCompressibleChangeOverFileSizeSent(t *testing.T) {
 func recreateRevived(t *testing.T, maxExpanded int64) string {
 	t.Helper()
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote)
-	a.cfg.Limits = Limits{MaxExpandedSize: maxExpanded}
-	a.open()
-	a.sync()
+	a := storeDevice(t, "dev-a", remote, Limits{MaxExpandedSize: maxExpanded})
 	b := newDevice(t, "dev-b", remote)
 	c := newDevice(t, "dev-c", remote)
 	a.put("r", `{"title":"old","secret":"s"}`)
@@ -137,13 +131,8 @@ func TestRecreateSameInSeveralFiles(t *testing.T) {
 // be split into snapshot entries. The snapshot is not written, as one
 // over the store's limits: the sync succeeds, and tries again later.
 func TestUnsplittableRecordDoesNotFailSyncs(t *testing.T) {
-	remote := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	remote.SetClock(clk.now)
-	a := newDevice(t, "dev-a", remote)
-	a.cfg.Limits = Limits{MaxRecordSize: 1024}
-	a.open()
-	a.sync()
+	remote, clk := clockedRemote()
+	a := storeDevice(t, "dev-a", remote, Limits{MaxRecordSize: 1024})
 	const depth = 166
 	a.put("r", "{"+strings.Repeat(`"a":{`, depth)+`"z":1`+strings.Repeat("}", depth)+"}")
 	a.sync()

@@ -41,9 +41,7 @@ func withRetention(d *device, r time.Duration) {
 // A: an upload held in the outbox is published late under its old name;
 // compaction deletes it by that name before every device has seen it.
 func TestRegressOutboxOldNameCompacted(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	fa := &failingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", fa), newDevice(t, "dev-b", mem)
 	withRetention(a, time.Hour)
@@ -80,9 +78,7 @@ func TestRegressOutboxOldNameCompacted(t *testing.T) {
 // folder), a device that starts from a snapshot drops a later file of a
 // device whose clock is behind, as if the snapshot held it.
 func TestRegressSkewCoveredBefore(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a := newDevice(t, "dev-a", skewRemote{mem, 0})
 	b := newDevice(t, "dev-b", skewRemote{mem, -time.Hour}) // b's clock is an hour behind
 	a.put("r1", `{"v":1}`)
@@ -123,9 +119,7 @@ func TestRegressEmptySnapshotReloaded(t *testing.T) {
 // A, without compaction: a device that starts from a snapshot skips an
 // outbox file published after the snapshot under its old name.
 func TestRegressOutboxOldNameSkippedAtBootstrap(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	fa := &failingRemote{Remote: mem}
 	a, b := newDevice(t, "dev-a", fa), newDevice(t, "dev-b", mem)
 	a.put("r1", `{"v":1}`)
@@ -169,9 +163,7 @@ func (h *hidingRemote) List(ctx context.Context, since time.Time) ([]RemoteFile,
 // snapshot, a cutoff older than its cursor made it skip the snapshot, and
 // the file's change was lost to it.
 func TestRegressSnapshotHiddenWhileCompacted(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	hc := &hidingRemote{Remote: skewRemote{mem, 0}, hide: map[string]bool{}}
 	a := newDevice(t, "dev-a", skewRemote{mem, 0}).withRetention(time.Hour)
 	b := newDevice(t, "dev-b", skewRemote{mem, time.Hour}).withRetention(time.Hour) // an hour ahead
@@ -211,9 +203,7 @@ func TestRegressSnapshotHiddenWhileCompacted(t *testing.T) {
 // The newest names, among the snapshots its writer checked, one the device
 // never saw: the device loads it.
 func TestRegressOfflineAcrossSnapshotChain(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a := newDevice(t, "dev-a", skewRemote{mem, 0}).withRetention(time.Hour)
 	d := newDevice(t, "dev-d", skewRemote{mem, 2 * time.Hour}).withRetention(time.Hour)
 	a.put("r1", `{"v":1}`)

@@ -624,9 +624,7 @@ func TestMonthlySnapshot(t *testing.T) {
 // a device that never writes a snapshot: once a month it forgets the
 // files compaction deleted.
 func TestLedgerPrunedMonthly(t *testing.T) {
-	mem := NewMemoryRemote()
-	clk := &reproClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)}
-	mem.SetClock(clk.now)
+	mem, clk := clockedRemote()
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
 	withRetention(a, time.Minute)
 	withRetention(b, time.Minute)
