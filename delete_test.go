@@ -1,7 +1,14 @@
 package drivesync
 
 import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 )
 
 // episodeGroupsSchema is a table of grouped episodes with NOT NULL
@@ -280,5 +287,207 @@ func TestCreateOverUnseenRecreation(t *testing.T) {
 	assertConverged(t, a, c)
 	if got := a.get("r"); got != `{"body":"mine","kept":"k","title":"again"}` {
 		t.Errorf("r = %s, want the two creates merged, and no field of the deleted record", got)
+	}
+}
+
+// A device re-creates a record over a delete it saw, while another device
+// creates the same record without having seen anything of it, stamped
+// after the delete: the two creates merge, as they do when nobody deleted
+// the record before, and no field of the deleted record comes back.
+// (Before, the replacing write's reset was stamped just below its own
+// version, above the other create, which vanished on every device.)
+func TestRecreateKeepsUnseenConcurrentCreate(t *testing.T) {
+	for _, history := range []bool{false, true} {
+		lag := &laggingRemote{Remote: NewMemoryRemote(), hidden: map[string][]string{}}
+		a, b, c := newDevice(t, "dev-a", lag.as("dev-a")), newDevice(t, "dev-b", lag.as("dev-b")), newDevice(t, "dev-c", lag.as("dev-c"))
+		syncAll(t, a, b, c)
+		lag.hide("dev-c", "dev-b") // c sees nothing of b's
+		if history {
+			b.put("x", `{"old":"o"}`)
+			b.sync()
+			b.exec(`DELETE FROM notes WHERE id = 'x'`)
+			b.sync()
+		}
+		for i := range 3 { // c's clock passes b's delete
+			c.put("y", fmt.Sprintf(`{"n":%d}`, i))
+			c.sync()
+		}
+		lag.hide("dev-a", "dev-c") // a sees nothing of c's
+		c.put("x", `{"c":"mine"}`)
+		c.sync()
+		for i := range 5 { // b's, and so a's, clock passes c's create
+			b.put("z", fmt.Sprintf(`{"n":%d}`, i))
+			b.sync()
+		}
+		a.put("x", `{"a":"mine"}`) // over the delete a received, if any
+		r := a.sync()
+		if f, _ := patchFileHead(t, lag.Remote, r.Uploaded); history && f != 3 {
+			t.Errorf("a's replacing write went out in a file of format %d, want 3", f)
+		}
+		lag.hide("dev-a")
+		lag.hide("dev-c")
+		syncAll(t, a, b, c)
+		assertConverged(t, a, b, c)
+		if got := a.get("x"); got != `{"a":"mine","c":"mine"}` {
+			t.Errorf("history=%v: x = %s, want both creates merged", history, got)
+		}
+	}
+}
+
+// A sync's changes go in files of the oldest format that holds them:
+// devices on an older app version read every file but the one with a
+// replacing write.
+func TestReplacingWriteAloneInNewerFormat(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote)
+	a.put("r", `{"title":"old"}`)
+	a.sync()
+	a.exec(`DELETE FROM notes WHERE id = 'r'`)
+	a.sync()
+	a.put("p", `{"title":"plain"}`) // planned before r
+	a.put("r", `{"title":"new"}`)   // created again over the delete
+	a.put("s", `{"title":"plain too"}`)
+	before := len(ownPatchFiles(t, remote, "dev-a"))
+	a.sync()
+	var files []string
+	for _, name := range ownPatchFiles(t, remote, "dev-a")[before:] {
+		format, n := patchFileHead(t, remote, name)
+		files = append(files, fmt.Sprintf("format %d with %d changes", format, n))
+	}
+	if want := []string{"format 2 with 2 changes", "format 3 with 1 changes"}; !slices.Equal(files, want) {
+		t.Fatalf("the sync uploaded %q, want %q: p and s in format 2, r alone in format 3", files, want)
+	}
+	b.sync()
+	assertConverged(t, a, b)
+	if got := b.get("r"); got != `{"title":"new"}` {
+		t.Fatalf("r = %s, want exactly the new row", got)
+	}
+}
+
+// ownPatchFiles returns the names of device's patch files on remote, in
+// order.
+func ownPatchFiles(t *testing.T, remote Remote, device string) []string {
+	t.Helper()
+	files, err := remote.List(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		if _, dev, ok := parsePatchName(f.Name); ok && dev == device {
+			names = append(names, f.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// patchFileHead returns the format a patch file on remote says it has,
+// and the number of its changes.
+func patchFileHead(t *testing.T, remote Remote, name string) (format, changes int) {
+	t.Helper()
+	rc, err := remote.Open(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	zr, err := gzip.NewReader(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head struct {
+		Format  int               `json:"format"`
+		Changes []json.RawMessage `json:"changes"`
+	}
+	if err := json.NewDecoder(zr).Decode(&head); err != nil {
+		t.Fatal(err)
+	}
+	return head.Format, len(head.Changes)
+}
+
+// A replacing write of format 2 (an older app version) ends every write
+// stamped before its own version; one of format 3 only those up to its
+// reset. Both read alike on every device.
+func TestReplacingWriteFormats(t *testing.T) {
+	for _, tt := range []struct {
+		format int
+		reset  string
+		want   string
+	}{
+		{2, ``, `{"a":1}`},
+		{3, `,"reset":{"sync_version":2,"device":"dev-b"}`, `{"a":1,"c":1}`},
+	} {
+		remote := NewMemoryRemote()
+		at := time.Now().Add(-time.Minute)
+		put := func(device, body string) {
+			at = at.Add(time.Second)
+			if err := remote.Create(context.Background(), patchFileName(at, device), bytes.NewReader(gzipBytes([]byte(body)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put("dev-c", `{"format":2,"device":"dev-c","changes":[{"table_name":"notes","record_id":"x","patch":{"c":1},"is_deleted":false,"sync_version":3}]}`)
+		put("dev-a", fmt.Sprintf(`{"format":%d,"device":"dev-a","changes":[{"table_name":"notes","record_id":"x","patch":{"a":1},"is_deleted":false,"sync_version":10,"replaces":true%s}]}`, tt.format, tt.reset))
+		d := newDevice(t, "dev-d", remote)
+		if r := d.sync(); len(r.Rejected) > 0 {
+			t.Fatalf("format %d: rejected %v", tt.format, r.Rejected)
+		}
+		if got := d.get("x"); got != tt.want {
+			t.Errorf("format %d: x = %s, want %s", tt.format, got, tt.want)
+		}
+	}
+}
+
+// A device re-creates a record over a delete it saw, in a sync whose
+// downloads bring a later re-creation of the record by another device
+// and that device's delete of it. The replacing write is stamped after
+// those downloads (its version is above everything the sync saw); with
+// its reset at the synced state's newest stamp from before them, the
+// other device's re-created record, which its own delete hid, came back
+// merged into the new row. The reset must be the newest stamp once the
+// downloads are applied, as it is when the device synced once before
+// writing.
+func TestRecreateOverDeleteReceivedInSameSync(t *testing.T) {
+	for _, syncedFirst := range []bool{true, false} {
+		remote := NewMemoryRemote()
+		a, b, c := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote), newDevice(t, "dev-c", remote)
+		b.put("x", `{"old":"o"}`)
+		syncAll(t, b, a, c)
+		b.exec(`DELETE FROM notes WHERE id = 'x'`)
+		syncAll(t, b, a, c)                 // every device has x deleted
+		c.put("x", `{"c":"deleted later"}`) // created again over the delete...
+		c.sync()
+		c.exec(`DELETE FROM notes WHERE id = 'x'`) // ...and deleted again
+		c.sync()
+		if syncedFirst {
+			a.sync() // a's state has c's delete
+		}
+		a.put("x", `{"a":"mine"}`) // over the delete a saw
+		a.sync()
+		syncAll(t, a, b, c)
+		assertConverged(t, a, b, c)
+		if got := a.get("x"); got != `{"a":"mine"}` {
+			t.Errorf("syncedFirst=%v: x = %s, want {\"a\":\"mine\"}: c's deleted record came back", syncedFirst, got)
+		}
+	}
+}
+
+// Two devices that both saw a record deleted create it again at once:
+// the two creates merge, as creates of a record nobody deleted do, also
+// when one device receives the other's in the sync that sends its own.
+func TestTwoRecreationsMerge(t *testing.T) {
+	remote := NewMemoryRemote()
+	a, b, c := newDevice(t, "dev-a", remote), newDevice(t, "dev-b", remote), newDevice(t, "dev-c", remote)
+	b.put("x", `{"old":"o"}`)
+	syncAll(t, b, a, c)
+	b.exec(`DELETE FROM notes WHERE id = 'x'`)
+	syncAll(t, b, a, c)
+	c.put("x", `{"c":"mine"}`)
+	c.sync()
+	a.put("x", `{"a":"mine"}`) // before a received c's
+	a.sync()
+	syncAll(t, a, b, c)
+	assertConverged(t, a, b, c)
+	if got := a.get("x"); got != `{"a":"mine","c":"mine"}` {
+		t.Errorf("x = %s, want both creates merged and nothing of the deleted record", got)
 	}
 }

@@ -30,7 +30,12 @@ import (
 // a physical delete has is_deleted true and an empty patch. A write with
 // "replaces":true (format 2) is a record created again over one its
 // device saw deleted: its patch is the whole record, and every write
-// stamped before it is gone. One change may take several writes of one
+// stamped before it is gone. In format 3 it names the stamp of the
+// newest write or delete of the record its device had seen ("reset":
+// {"sync_version":N,"device":"<device id>"}), and only writes stamped up
+// to that one are gone: a write of another device that it had not seen
+// and that the delete did not hide merges with it, as two creates of one
+// record do. One change may take several writes of one
 // record, all with the same version: together they are one write (see
 // ownWrites).
 
@@ -39,8 +44,11 @@ import (
 // of format 1 and changes what a physical delete means (it hides the
 // record's fields instead of dropping them, see patch.go): an engine that
 // reads only format 1 would merge format 2 files differently, so it must
-// refuse them.
-const patchFormat = 2
+// refuse them. Format 3 adds a replacing write's reset stamp, which a
+// format 2 reader would ignore; the engine writes format 3 only for files
+// that hold such a write, so that devices on an older app version read
+// every other file.
+const patchFormat = 3
 
 const nameTimeLayout = "20060102T150405.000Z"
 
@@ -114,6 +122,14 @@ type fileEntry struct {
 	// Replaces (format 2): the patch is the record's whole content, and
 	// every write stamped before it is gone (see applyChange).
 	Replaces bool `json:"replaces,omitempty"`
+	// Reset (format 3, with Replaces): the newest write or delete of the
+	// record its writer had seen; only writes up to it are gone.
+	Reset *entryStamp `json:"reset,omitempty"`
+}
+
+type entryStamp struct {
+	Version int64  `json:"sync_version"`
+	Device  string `json:"device"`
 }
 
 // patchWriter streams a patch file, within the store's limits on its
@@ -129,11 +145,12 @@ type fileEntry struct {
 // as a gzip member of its own, whose size it knows exactly before
 // writing it (gzip readers read concatenated members as one stream).
 type patchWriter struct {
-	out *countingWriter // the compressed bytes written so far
-	gz  *gzip.Writer
-	bw  *bufio.Writer // nil once the stream ended: one member per change
-	buf []byte
-	n   int // changes written
+	format int             // the file's format: 2, or 3 for a file that holds resets
+	out    *countingWriter // the compressed bytes written so far
+	gz     *gzip.Writer
+	bw     *bufio.Writer // nil once the stream ended: one member per change
+	buf    []byte
+	n      int // changes written
 
 	maxFile, maxExpanded int64
 	in                   int64 // uncompressed bytes written so far
@@ -144,14 +161,15 @@ type patchWriter struct {
 // patchTrailer ends a patch file's JSON.
 const patchTrailer = "\n]}\n"
 
-func newPatchWriter(w io.Writer, device string, l Limits) (*patchWriter, error) {
+// newPatchWriter starts a patch file of the given format.
+func newPatchWriter(w io.Writer, device string, format int, l Limits) (*patchWriter, error) {
 	out := &countingWriter{w: w}
 	gz, err := gzip.NewWriterLevel(out, gzip.BestSpeed)
 	if err != nil {
 		return nil, err
 	}
-	pw := &patchWriter{gz: gz, out: out, bw: bufio.NewWriterSize(gz, 64<<10), maxFile: l.MaxFileSize, maxExpanded: l.MaxExpandedSize}
-	pw.buf = fmt.Appendf(pw.buf[:0], `{"format":%d,"device":`, patchFormat)
+	pw := &patchWriter{format: format, gz: gz, out: out, bw: bufio.NewWriterSize(gz, 64<<10), maxFile: l.MaxFileSize, maxExpanded: l.MaxExpandedSize}
+	pw.buf = fmt.Appendf(pw.buf[:0], `{"format":%d,"device":`, format)
 	pw.buf = jsonv.AppendString(pw.buf, device)
 	pw.buf = append(pw.buf, `,"changes":[`...)
 	pw.in = int64(len(pw.buf))
@@ -159,8 +177,10 @@ func newPatchWriter(w io.Writer, device string, l Limits) (*patchWriter, error) 
 	return pw, err
 }
 
-// entry encodes one change as add takes it, appending to b.
-func (pw *patchWriter) entry(b []byte, table, record string, patch []byte, deleted, replaces bool, version int64) []byte {
+// entry encodes one change as add takes it, appending to b. A replacing
+// write's reset goes only in a file of format 3 (see entryFormat).
+func (pw *patchWriter) entry(b []byte, c fileChange) []byte {
+	table, record, patch, deleted, version := c.table, c.record, c.patch, c.deleted, c.version
 	b = append(b, ",\n{\"table_name\":"...)
 	b = jsonv.AppendString(b, table)
 	b = append(b, `,"record_id":`...)
@@ -168,10 +188,24 @@ func (pw *patchWriter) entry(b []byte, table, record string, patch []byte, delet
 	b = append(b, `,"patch":`...)
 	b = append(b, patch...)
 	b = fmt.Appendf(b, `,"is_deleted":%t,"sync_version":%d`, deleted, version)
-	if replaces {
+	if c.flags&changeReplaces != 0 {
 		b = append(b, `,"replaces":true`...)
+		if c.reset.version > 0 {
+			b = fmt.Appendf(b, `,"reset":{"sync_version":%d,"device":`, c.reset.version)
+			b = jsonv.AppendString(b, c.reset.device)
+			b = append(b, '}')
+		}
 	}
 	return append(b, '}')
+}
+
+// entryFormat is the oldest patch format that holds change c: 3 for a
+// replacing write with its reset, else 2.
+func entryFormat(c fileChange) int {
+	if c.flags&changeReplaces != 0 && c.reset.version > 0 {
+		return 3
+	}
+	return 2
 }
 
 // add writes the entries of one change (encoded by entry) if they fit
@@ -429,6 +463,9 @@ type fileChange struct {
 	deleted       bool
 	version       int64
 	flags         uint8 // changeHard, changeReplaces; own plan only: planNoop, planRowCanonical, planNoState
+	// reset, for a replacing write of format 3: the newest write or delete
+	// of the record its writer had seen (zero: the version before its own).
+	reset stamp
 	// base, own plan only: what the app's row held when the plan read it
 	// (nil: no row), the base of the app's writes during the sync.
 	base []byte
@@ -579,6 +616,19 @@ func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
 	}
 	c := fileChange{table: e.Table, record: e.Record, deleted: e.Deleted, version: e.Version, patch: []byte("{}")}
 	switch {
+	case e.Reset != nil && (format < 3 || !e.Replaces):
+		return fileChange{}, fmt.Errorf("%s/%s: a reset belongs only to a replacing write of format 3", e.Table, e.Record)
+	case e.Replaces && format >= 3 && e.Reset == nil:
+		return fileChange{}, fmt.Errorf("%s/%s: a replacing write of format 3 must name its reset", e.Table, e.Record)
+	case e.Replaces && format >= 3:
+		if e.Reset.Version < 1 || e.Reset.Version >= e.Version || checkDeviceID(e.Reset.Device) != nil {
+			return fileChange{}, fmt.Errorf("%s/%s: reset {%d %q} must be a valid stamp below the write's version %d", e.Table, e.Record, e.Reset.Version, e.Reset.Device, e.Version)
+		}
+		if e.Deleted {
+			return fileChange{}, fmt.Errorf("%s/%s: a replacing patch cannot be a delete", e.Table, e.Record)
+		}
+		c.flags |= changeReplaces
+		c.reset = stamp{e.Reset.Version, e.Reset.Device}
 	case e.Replaces && (format < 2 || e.Deleted || e.Version < 2):
 		return fileChange{}, fmt.Errorf("%s/%s: a replacing patch must be a format 2 write of version 2 or more", e.Table, e.Record)
 	case e.Replaces:
@@ -633,6 +683,9 @@ func (s *spool) add(c fileChange) error {
 	b = append(b, c.patch...)
 	b = binary.AppendUvarint(b, uint64(len(c.device)))
 	b = append(b, c.device...)
+	b = binary.AppendUvarint(b, uint64(c.reset.version))
+	b = binary.AppendUvarint(b, uint64(len(c.reset.device)))
+	b = append(b, c.reset.device...)
 	for _, opt := range [][]byte{c.clock, c.base} {
 		if opt == nil {
 			b = append(b, 0)
@@ -694,6 +747,13 @@ func (s *spool) each(fn func(fileChange) error) error {
 		}
 		c.patch = []byte(p)
 		if c.device, err = str(); err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		if v, err = binary.ReadUvarint(r); err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", err)
+		}
+		c.reset.version = int64(v)
+		if c.reset.device, err = str(); err != nil {
 			return fmt.Errorf("drivesync: read spool: %w", err)
 		}
 		for _, opt := range []*[]byte{&c.clock, &c.base} {

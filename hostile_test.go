@@ -270,6 +270,13 @@ func TestHostileMalformedFiles(t *testing.T) {
 		{name: "truncated gzip stream", raw: func() []byte { g := gzipBytes([]byte(evilFile(goodChange))); return g[:len(g)-6] }()},
 		{name: "empty file", raw: []byte{}},
 		{name: "gzip of nothing", body: ""},
+		{name: "reset in format 2", body: `{"format":2,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{"a":1},"is_deleted":false,"sync_version":51,"replaces":true,"reset":{"sync_version":3,"device":"dev-a"}}]}`},
+		{name: "reset without replaces", body: `{"format":3,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{"a":1},"is_deleted":false,"sync_version":51,"reset":{"sync_version":3,"device":"dev-a"}}]}`},
+		{name: "replaces without reset in format 3", body: `{"format":3,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{"a":1},"is_deleted":false,"sync_version":51,"replaces":true}]}`},
+		{name: "reset at the write's version", body: `{"format":3,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{"a":1},"is_deleted":false,"sync_version":51,"replaces":true,"reset":{"sync_version":51,"device":"dev-a"}}]}`},
+		{name: "reset of version 0", body: `{"format":3,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{"a":1},"is_deleted":false,"sync_version":51,"replaces":true,"reset":{"sync_version":0,"device":"dev-a"}}]}`},
+		{name: "reset of a bad device", body: `{"format":3,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{"a":1},"is_deleted":false,"sync_version":51,"replaces":true,"reset":{"sync_version":3,"device":"no/slash"}}]}`},
+		{name: "reset of a delete", body: `{"format":3,"device":"` + evilDev + `","changes":[` + goodChange + `,{"table_name":"notes","record_id":"n2","patch":{},"is_deleted":true,"sync_version":51,"replaces":true,"reset":{"sync_version":3,"device":"dev-a"}}]}`},
 		{name: "future format", body: `{"format":` + fmt.Sprint(patchFormat+1) + `,"device":"` + evilDev + `","changes":[` + goodChange + `]}`, want: ErrUnsupportedFormat},
 	}
 	for _, tt := range tests {

@@ -33,8 +33,11 @@ import (
 //     write stamped before it merges into the hidden fields and stays
 //     hidden. A record is never re-created in part. A device that
 //     creates a record again over one it saw deleted sends a replacing
-//     write: a reset (a removal at the root, stamped just before it) and
-//     the whole new row, so no field written before it returns.
+//     write: a reset (a removal at the root, stamped with the newest
+//     write or delete of the record the device had seen) and the whole
+//     new row, so no field written before it returns, while a write it
+//     had not seen and the delete did not hide (another device's create)
+//     merges with it.
 //
 // Removed paths keep a tombstone stamp so that an older write arriving
 // late stays removed.
@@ -598,9 +601,16 @@ func applyChange(n *node, c fileChange, device string) error {
 		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
 	if c.flags&changeReplaces != 0 {
-		// The version before the patch's, by the same device, stamps
-		// the reset: every older write is gone, the patch is the record.
-		n.reset(absentNode, nil, stamp{version: c.version - 1, device: device})
+		// The reset ends every write up to the newest one its writer had
+		// seen (format 3); the patch is the record, merged only with
+		// writes its writer had not seen and no delete hid. Format 2
+		// stamped it with the version before the patch's, by the same
+		// device.
+		r := c.reset
+		if r.version == 0 {
+			r = stamp{version: c.version - 1, device: device}
+		}
+		n.reset(absentNode, nil, r)
 	}
 	n.applyPatch(p, at)
 	return nil

@@ -31,19 +31,30 @@ type change struct {
 	patch   string // merge patch; ignored when deleted
 	deleted bool
 	at      stamp
+	// reset, for a replacing write: every write up to it is gone before
+	// the patch applies (zero: an ordinary write).
+	reset stamp
 }
 
 func applyAll(t tb, changes []change) *node {
 	t.Helper()
 	n := &node{}
 	for _, c := range changes {
-		if c.deleted {
-			n.applyDelete(c.at)
-		} else {
-			n.applyPatch(mustObject(t, c.patch, true), c.at)
-		}
+		c.applyTo(t, n)
 	}
 	return n
+}
+
+func (c change) applyTo(t tb, n *node) {
+	switch {
+	case c.deleted:
+		n.applyDelete(c.at)
+	default:
+		if c.reset.version > 0 {
+			n.reset(absentNode, nil, c.reset)
+		}
+		n.applyPatch(mustObject(t, c.patch, true), c.at)
+	}
 }
 
 // stateBytes is what sync_states would store for the record: its content
@@ -55,16 +66,49 @@ func stateBytes(n *node) string {
 
 // oracle is the model every device must reach: the patches applied in
 // stamp order with the reference RFC 7396 implementation, ignoring the
-// deletes, give the record's content; the record is shown exactly when
-// its newest change is a patch, not a delete.
+// deletes, give the record's content, where a replacing write's reset
+// empties the record at the reset's stamp (after any write of that same
+// stamp); the record is shown exactly when its newest change is a patch,
+// not a delete.
 func oracle(t tb, changes []change) (content string, deleted bool) {
 	t.Helper()
-	sorted := slices.Clone(changes)
-	slices.SortFunc(sorted, func(a, b change) int { return a.at.compare(b.at) })
-	sorted = slices.CompactFunc(sorted, func(a, b change) bool { return a.at == b.at })
+	type event struct {
+		change
+		reset bool // the reset of a replacing write, at c.reset
+	}
+	var events []event
+	for _, c := range changes {
+		events = append(events, event{change: c})
+		if c.reset.version > 0 {
+			events = append(events, event{change: c, reset: true})
+		}
+	}
+	at := func(e event) stamp {
+		if e.reset {
+			return e.change.reset
+		}
+		return e.at
+	}
+	slices.SortFunc(events, func(a, b event) int {
+		if c := at(a).compare(at(b)); c != 0 {
+			return c
+		}
+		switch {
+		case a.reset == b.reset:
+			return 0
+		case a.reset:
+			return 1
+		}
+		return -1
+	})
+	events = slices.CompactFunc(events, func(a, b event) bool { return at(a) == at(b) && a.reset == b.reset })
 	doc := []byte(`{}`)
 	deleted = true
-	for _, c := range sorted {
+	for _, c := range events {
+		if c.reset {
+			doc = []byte(`{}`)
+			continue
+		}
 		deleted = c.deleted
 		if c.deleted {
 			continue
@@ -224,9 +268,15 @@ func genChanges(t *rapid.T) []change {
 		}
 		used[at] = true
 		c := change{at: at}
-		if rapid.IntRange(0, 5).Draw(t, "del") == 0 {
+		switch rapid.IntRange(0, 7).Draw(t, "kind") {
+		case 0:
 			c.deleted = true
-		} else {
+		case 1:
+			if at.version > 1 { // a replacing write: any reset below it
+				c.reset = stamp{rapid.Int64Range(1, at.version-1).Draw(t, "resetv"), rapid.SampledFrom([]string{"d1", "d2", "d3"}).Draw(t, "resetdev")}
+			}
+			fallthrough
+		default:
 			c.patch = genObject(t, 0, fmt.Sprint("p", i))
 		}
 		changes = append(changes, c)
@@ -263,11 +313,7 @@ func TestMergeConverges(t *testing.T) {
 			t.Fatalf("clock round trip:\n got %s\nwant %s", stateBytes(reloaded), stateBytes(mid))
 		}
 		for _, c := range order[k:] {
-			if c.deleted {
-				reloaded.applyDelete(c.at)
-			} else {
-				reloaded.applyPatch(mustObject(t, c.patch, true), c.at)
-			}
+			c.applyTo(t, reloaded)
 		}
 		if stateBytes(reloaded) != stateBytes(ref) {
 			t.Fatalf("after reload:\n got %s\nwant %s", stateBytes(reloaded), stateBytes(ref))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
@@ -64,11 +65,11 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		return nil, err
 	}
 	s.onDone(p.changes.close)
-	hidden, err := s.deletedUnseen(ctx, f)
+	resets, err := s.resets(ctx, f)
 	if err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
-	var up *upload // the file being written
+	open := map[int]*upload{} // the files being written, by format
 	var entries []byte
 	for _, t := range e.order {
 		rows, err := s.conn.QueryContext(ctx, t.pendingSQL(), t.name)
@@ -77,19 +78,16 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		}
 		for rows.Next() {
 			var r pendingRow
-			if err := rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.refused, &r.base); err != nil {
+			if err := rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base); err != nil {
 				rows.Close()
 				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 			}
-			c, skip := s.planRecord(t, r, hidden[recordKey{t.name, r.id}])
+			c, skip := s.planRecord(t, r, resets[recordKey{t.name, r.id}])
 			if skip {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
 			}
 			if c.flags&planNoop == 0 {
-				if c.flags&changeReplaces != 0 {
-					versions.take() // stamps the reset, the version before the write's
-				}
 				c.version = versions.take()
 				writes, err := ownWrites(c, s.limits.MaxRecordSize)
 				if err != nil {
@@ -99,7 +97,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				// The parts of a change are one write: they go in one
 				// file. A change that does not fit in the current file
 				// starts the next; one that fits in no file is not sent.
-				if up, skip, err = s.place(p, up, writes, &entries); err != nil {
+				if skip, err = s.place(p, open, writes, &entries); err != nil {
 					rows.Close()
 					return nil, err
 				}
@@ -120,14 +118,13 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 		}
 	}
-	if up != nil {
+	for _, up := range open {
 		if err := up.pw.close(); err != nil {
 			return nil, &Error{Op: "write upload", Err: err}
 		}
-		if up.sent == 0 { // only changes too large for any file
-			p.uploads = p.uploads[:len(p.uploads)-1]
-		}
 	}
+	// A file that took only changes too large for any file is not sent.
+	p.uploads = slices.DeleteFunc(p.uploads, func(up *upload) bool { return up.sent == 0 })
 	if len(p.uploads) > 0 {
 		p.maxSeen = versions.last()
 	}
@@ -150,7 +147,8 @@ func (t *tableInfo) pendingSQL() string {
 	return fmt.Sprintf(`SELECT p.record_id, c.id IS NOT NULL,
 	CASE WHEN typeof(c.content) = 'text' THEN c.content WHEN %[1]s THEN json(c.content) END,
 	CASE WHEN %[1]s THEN %[2]s ELSE 0 END,
-	s.record_data, coalesce(s.is_deleted, 0), u.record_id IS NOT NULL, u.base
+	s.record_data, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
+	u.record_id IS NOT NULL, u.base
 FROM sync_pending_changes p
 LEFT JOIN %[3]s c ON c.id = p.record_id
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
@@ -167,6 +165,7 @@ type pendingRow struct {
 	rowCanonical  bool           // the row holds content and projections as the engine writes them
 	synced        sql.NullString // the synced state's content, if any
 	syncedDeleted bool
+	syncedNewest  stamp // the synced state's newest write or delete
 	// refused: the app's constraints refused the engine's last write of
 	// the row, which still shows base (NULL: no row), not the synced
 	// state.
@@ -194,39 +193,86 @@ func (r pendingRow) shown() *jsonv.Value {
 	return &v
 }
 
-// deletedUnseen returns the records this device created (a row with no
-// synced state) that the files this sync downloaded end deleted: another
-// device created them and deleted them, and this device had not received
-// that. Such a row is a new record, as one written over a delete this
-// device saw is: it goes out as a replacing write, so that no field of the
-// deleted record comes back. A record those files leave shown was created
-// on both devices at once, and the two merge.
+// resets returns the reset of each replacing write that this sync's
+// downloads decide, by record: the newest write or delete of the record
+// that the device has seen once they are applied, so that the reset ends
+// everything they leave deleted and nothing they leave shown.
 //
-// Only records that a downloaded change deletes can be in the set: the
-// spools are read only if the files delete something and this device
-// created a record, and the records' changes are merged only for those
-// both hold.
-func (s *syncRun) deletedUnseen(ctx context.Context, f *fetched) (map[recordKey]bool, error) {
+// Two kinds of record are concerned:
+//
+//   - a record this device created (a row with no synced state) that the
+//     downloads end deleted: another device created and deleted it, and
+//     this device had not received that. The row is a new record, as one
+//     written over a delete this device saw is: it goes out as a
+//     replacing write, so that no field of the deleted record comes back.
+//     A record the downloads leave shown was created on both devices at
+//     once, and the two merge;
+//   - a record written again over a delete this device saw (its synced
+//     state is deleted) that the downloads also change: they may re-create
+//     it and delete it again, and that record must not come back either.
+//     A re-creation they leave shown merges with this one, as two creates
+//     do: the reset is then their newest delete.
+//
+// A record written over a delete that the downloads do not touch resets
+// at its synced state's newest stamp (see planRecord). Only records that
+// a downloaded change deletes are looked up for the first kind, and the
+// records' changes are merged only for those concerned.
+func (s *syncRun) resets(ctx context.Context, f *fetched) (map[recordKey]stamp, error) {
+	if len(f.files) == 0 {
+		return nil, nil
+	}
+	candidates := map[recordKey]*node{}
+	// Records written again over a delete: few, and loaded only if the
+	// downloads touch them.
+	over := map[recordKey]bool{}
+	rows, err := s.conn.QueryContext(ctx, `SELECT p.table_name, p.record_id FROM sync_pending_changes p
+JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id WHERE s.is_deleted`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var k recordKey
+		if err := rows.Scan(&k.table, &k.record); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		over[k] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
 	deletes := false
 	for _, d := range f.files {
 		deletes = deletes || d.spool.deletes > 0
 	}
-	if !deletes {
+	created := false
+	if deletes {
+		if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes p
+WHERE NOT EXISTS (SELECT 1 FROM sync_states s WHERE s.table_name = p.table_name AND s.record_id = p.record_id))`).Scan(&created); err != nil {
+			return nil, err
+		}
+	}
+	if !created && len(over) == 0 {
 		return nil, nil
 	}
-	var created bool
-	if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes p
-WHERE NOT EXISTS (SELECT 1 FROM sync_states s WHERE s.table_name = p.table_name AND s.record_id = p.record_id))`).Scan(&created); err != nil || !created {
-		return nil, err
-	}
-	candidates := map[recordKey]*node{}
 	for _, d := range f.files {
-		if d.spool.deletes == 0 {
+		if d.spool.deletes == 0 && len(over) == 0 {
 			continue
 		}
 		err := d.spool.each(func(c fileChange) error {
 			k := recordKey{c.table, c.record}
-			if !c.deleted || candidates[k] != nil {
+			if candidates[k] != nil {
+				return nil
+			}
+			if over[k] {
+				st, err := s.loadState(ctx, k.table, k.record)
+				if err == nil {
+					candidates[k] = st.node
+				}
+				return err
+			}
+			if !c.deleted || !created {
 				return nil
 			}
 			var mine bool
@@ -255,20 +301,23 @@ AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = 
 			return nil, err
 		}
 	}
-	hidden := map[recordKey]bool{}
+	resets := map[recordKey]stamp{}
 	for k, n := range candidates {
-		if !n.exists() {
-			hidden[k] = true
+		switch {
+		case !n.exists():
+			resets[k] = n.newest()
+		case over[k]:
+			resets[k] = n.gone
 		}
 	}
-	return hidden, nil
+	return resets, nil
 }
 
 // planRecord turns one pending record into a planned change. skip is set
-// (and the record reported) when its content cannot be synced. deleted
-// says that the files this sync downloaded delete the record, which the
-// device had no state of (see deletedUnseen).
-func (s *syncRun) planRecord(t *tableInfo, p pendingRow, deleted bool) (c fileChange, skip bool) {
+// (and the record reported) when its content cannot be synced. A nonzero
+// reset is the reset of its replacing write that this sync's downloads
+// decide (see resets).
+func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileChange, skip bool) {
 	id, rowExists, content, rowCanonical, synced, syncedDeleted := p.id, p.rowExists, p.content, p.rowCanonical, p.synced, p.syncedDeleted
 	c = fileChange{table: t.name, record: id}
 	if !synced.Valid {
@@ -322,11 +371,12 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, deleted bool) (c fileCh
 			c.flags |= planRowCanonical
 		}
 		switch {
-		case old == nil && deleted:
+		case old == nil && reset.version > 0:
 			// Created over a record other devices deleted, unseen
-			// here: a new record (see deletedUnseen).
+			// here: a new record (see resets).
 			c.patch = enc
 			c.flags |= changeReplaces
+			c.reset = reset
 		case old == nil:
 			c.patch = enc
 		case syncedDeleted && p.refused:
@@ -337,9 +387,12 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, deleted bool) (c fileCh
 			// A row written over a record this device saw deleted is a
 			// new record: the patch replaces it whole, and no field
 			// written before, hidden under the tombstone or not yet
-			// received, comes back.
+			// received and stamped before the delete, comes back.
 			c.patch = enc
 			c.flags |= changeReplaces
+			if c.reset = reset; reset.version == 0 {
+				c.reset = p.syncedNewest
+			}
 		default:
 			if d := diff(*old, cur); len(d.Members) > 0 {
 				c.patch = jsonv.Encode(d)
@@ -390,6 +443,7 @@ func ownWrites(c fileChange, limit int64) ([]fileChange, error) {
 		w.patch = jsonv.Encode(part)
 		if i > 0 {
 			w.flags &^= changeReplaces
+			w.reset = stamp{}
 		}
 		writes[i] = w
 	}
@@ -443,39 +497,46 @@ func (s *syncRun) skipRecord(table, id string, err error) {
 	s.report.Skipped = append(s.report.Skipped, RecordError{Table: table, Record: id, Err: &Error{Op: "read", Table: table, Record: id, Err: err}})
 }
 
-// place writes the writes of one change to up, the upload being
-// written, or to a new one if they do not fit in it (up nil: none yet),
-// and returns the upload they went to. skip reports a change too large
-// for an empty file; entries is a buffer, left holding their encoding.
-func (s *syncRun) place(p *plan, up *upload, writes []fileChange, entries *[]byte) (_ *upload, skip bool, err error) {
+// place writes the writes of one change to the file being written in
+// the format they need (open holds them, by format), or to a new one if
+// they do not fit in it. skip reports a change too large for an empty
+// file; entries is a buffer, left holding their encoding.
+//
+// A file's format is the oldest that holds its changes, so that devices
+// on an older app version read every change but the rare replacing write
+// (format 3): those go in files of their own.
+func (s *syncRun) place(p *plan, open map[int]*upload, writes []fileChange, entries *[]byte) (skip bool, err error) {
+	format := entryFormat(writes[0])
 	for {
+		up := open[format]
 		if up == nil {
-			if up, err = s.newUpload(p); err != nil {
-				return nil, false, err
+			if up, err = s.newUpload(p, format); err != nil {
+				return false, err
 			}
+			open[format] = up
 		}
 		*entries = (*entries)[:0]
 		for _, w := range writes {
-			*entries = up.pw.entry(*entries, w.table, w.record, w.patch, w.deleted, w.flags&changeReplaces != 0, w.version)
+			*entries = up.pw.entry(*entries, w)
 		}
 		fits, err := up.pw.add(*entries)
 		switch {
 		case err != nil:
-			return up, false, &Error{Op: "write upload", Err: err}
+			return false, &Error{Op: "write upload", Err: err}
 		case fits:
 			up.sent += len(writes)
-			return up, false, nil
+			return false, nil
 		case up.pw.n == 0:
-			return up, true, nil
+			return true, nil
 		}
 		if err := up.pw.close(); err != nil {
-			return up, false, &Error{Op: "write upload", Err: err}
+			return false, &Error{Op: "write upload", Err: err}
 		}
-		up = nil
+		delete(open, format)
 	}
 }
 
-func (s *syncRun) newUpload(p *plan) (*upload, error) {
+func (s *syncRun) newUpload(p *plan, format int) (*upload, error) {
 	f, err := os.CreateTemp(s.e.cfg.TempDir, "drivesync-upload-*")
 	if err != nil {
 		return nil, &Error{Op: "write upload", Err: err}
@@ -484,7 +545,7 @@ func (s *syncRun) newUpload(p *plan) (*upload, error) {
 		f.Close()
 		os.Remove(f.Name())
 	})
-	pw, err := newPatchWriter(f, s.e.deviceID, s.limits)
+	pw, err := newPatchWriter(f, s.e.deviceID, format, s.limits)
 	if err != nil {
 		return nil, &Error{Op: "write upload", Err: err}
 	}
