@@ -446,6 +446,19 @@ func (d *hdevice) observe(rt *rapid.T) {
 			}
 		}
 	}
+	// The creates' own keys (see modelCreate).
+	rows, err := d.db.Query(`SELECT j.value FROM notes, json_each(json(notes.content), '$.k') AS j`)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			rt.Fatal(err)
+		}
+		d.seen[v] = true
+	}
 }
 
 func (d *hdevice) open(rt *rapid.T) {
@@ -819,6 +832,57 @@ type model struct {
 	// batches: writes also add many keys to a record at once, or remove
 	// every such key, so that removed keys pile up in its clock.
 	batches bool
+	// creates: per record, the creates whose own key (k.<value>, which
+	// only that create writes) must hold at quiescence; see checkCreates.
+	creates map[string][]*modelCreate
+}
+
+// modelCreate is a create of a record by a device that had received the
+// record's last delete. Its key k.<value> is written by no other write,
+// so it must survive every later create or edit by devices that had not
+// seen it: they merge with it, as concurrent creates do. spoiled: a later
+// delete, or a write by a device that had seen the create, may have
+// removed the key legitimately.
+type modelCreate struct {
+	device, key, value string
+	spoiled            bool
+}
+
+// receivedLastDelete reports whether device d, whose row of record id is
+// gone, received the record's last delete: it had seen the last value
+// written before that delete, and no other delete came after that value.
+// A create by d is then stamped after every delete of the record so far.
+func (m *model) receivedLastDelete(d *hdevice, id string) bool {
+	dels := m.hist[id][""]
+	if len(dels) == 0 {
+		return true
+	}
+	last := dels[len(dels)-1].seq
+	var w modelWrite
+	for p, h := range m.hist[id] {
+		for _, x := range h {
+			if p != "" && x.value != "" && x.seq < last && x.seq > w.seq {
+				w = x
+			}
+		}
+	}
+	after := 0
+	for _, x := range dels {
+		if x.seq > w.seq {
+			after++
+		}
+	}
+	return w.value != "" && after == 1 && d.seen[w.value]
+}
+
+// noteEvent records a write or delete of record id by d for checkCreates:
+// it spoils the creates it may legitimately end.
+func (m *model) noteEvent(d *hdevice, id string, deleted bool) {
+	for _, c := range m.creates[id] {
+		if deleted || d.seen[c.value] {
+			c.spoiled = true
+		}
+	}
 }
 
 // batch adds 10-20 keys to record id, or removes every key a batch added.
@@ -857,6 +921,7 @@ func (m *model) batch(rt *rapid.T, d *hdevice, id, val string, add bool) {
 		rt.Fatal(err)
 	}
 	rt.Logf("%s: batch on %s: %d keys (add %v)", d.name, id, len(patch), add)
+	m.noteEvent(d, id, false)
 	// Not a write of a checked path, but a write of the record: a delete
 	// that did not see it does not decide whether the record is shown.
 	if m.hist[id] == nil {
@@ -953,8 +1018,11 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 			}
 		}
 	case op <= 2 || !exists: // create or replace whole
-		content = fmt.Sprintf(`{"a":%q,"b":%q,"n":{"x":%q}}`, val+"a", val+"b", val+"x")
+		content = fmt.Sprintf(`{"a":%q,"b":%q,"k":{%q:%q},"n":{"x":%q}}`, val+"a", val+"b", val, val+"k", val+"x")
 		d.putNote(rt, id, content)
+		if !exists && m.receivedLastDelete(d, id) {
+			m.creates[id] = append(m.creates[id], &modelCreate{device: d.name, key: val, value: val + "k"})
+		}
 		written = map[string]string{"a": val + "a", "b": val + "b", "n.x": val + "x", "n.y": "", "deleted_at": ""}
 	default: // one field
 		p := rapid.SampledFrom(harnessPaths).Draw(rt, label+"path")
@@ -965,6 +1033,10 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 		}
 	}
 	rt.Logf("%s: write %s %v (had %v, exists %v)", d.name, id, written, cur, exists)
+	m.noteEvent(d, id, op == 0 && exists)
+	if content != "" {
+		d.seen[val+"k"] = true
+	}
 	if m.hist[id] == nil {
 		m.hist[id] = map[string][]modelWrite{}
 	}
@@ -987,6 +1059,27 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 		}
 	}
 	return content
+}
+
+// checkCreates checks, on a device at quiescence, that every create that
+// no later delete or informed write may have ended kept its own key.
+func (m *model) checkCreates(rt *rapid.T, d *hdevice) {
+	for _, id := range slices.Sorted(maps.Keys(m.creates)) {
+		for _, c := range m.creates[id] {
+			if c.spoiled {
+				continue
+			}
+			count("creates checked against later creates that had not seen them")
+			var got sql.NullString
+			err := d.db.QueryRow(`SELECT j.value FROM notes, json_each(json(notes.content), '$.k') AS j WHERE notes.id = ? AND j.key = ?`, id, c.key).Scan(&got)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				rt.Fatal(err)
+			}
+			if got.String != c.value {
+				rt.Fatalf("lost create: %s.k.%s = %q, want %q: %s created the record after its last delete, and no later write had seen that create", id, c.key, got.String, c.value, c.device)
+			}
+		}
+	}
 }
 
 func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
@@ -1096,7 +1189,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	for range rapid.IntRange(2, 5).Draw(rt, "devices") {
 		addDevice().open(rt)
 	}
-	m := &model{hist: map[string]map[string][]modelWrite{}, batches: smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0}
+	m := &model{hist: map[string]map[string][]modelWrite{}, creates: map[string][]*modelCreate{}, batches: smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0}
 	// Interleaved syncs run without crashes or app writes: the devices'
 	// state during them is the schedule's, which a crash would undo.
 	nested := false
@@ -1554,6 +1647,7 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 			rt.Fatalf("%s: %d pending, integrity %q", d.name, pending, integrity)
 		}
 	}
+	m.checkCreates(rt, devs[0])
 	for _, id := range slices.Sorted(maps.Keys(m.hist)) {
 		final, present := devs[0].local(rt, id)
 		last := 0
