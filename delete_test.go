@@ -347,10 +347,12 @@ func TestReplacingWriteAloneInNewerFormat(t *testing.T) {
 	a.put("p", `{"title":"plain"}`) // planned before r
 	a.put("r", `{"title":"new"}`)   // created again over the delete
 	a.put("s", `{"title":"plain too"}`)
-	before := len(ownPatchFiles(t, remote, "dev-a"))
+	before := len(remoteFiles(t, remote, kindPatch))
 	a.sync()
+	names := remoteFiles(t, remote, kindPatch) // a's, the only writer
+	slices.Sort(names)
 	var files []string
-	for _, name := range ownPatchFiles(t, remote, "dev-a")[before:] {
+	for _, name := range names[before:] {
 		format, n := patchFileHead(t, remote, name)
 		files = append(files, fmt.Sprintf("format %d with %d changes", format, n))
 	}
@@ -362,24 +364,6 @@ func TestReplacingWriteAloneInNewerFormat(t *testing.T) {
 	if got := b.get("r"); got != `{"title":"new"}` {
 		t.Fatalf("r = %s, want exactly the new row", got)
 	}
-}
-
-// ownPatchFiles returns the names of device's patch files on remote, in
-// order.
-func ownPatchFiles(t *testing.T, remote Remote, device string) []string {
-	t.Helper()
-	files, err := remote.List(context.Background(), time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		if _, dev, ok := parsePatchName(f.Name); ok && dev == device {
-			names = append(names, f.Name)
-		}
-	}
-	slices.Sort(names)
-	return names
 }
 
 // patchFileHead returns the format a patch file on remote says it has,

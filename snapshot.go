@@ -85,7 +85,8 @@ func (s *syncRun) pruneLedger(ctx context.Context, l *listing, f *fetched) error
 			gone = append(gone, name)
 		}
 	}
-	if err := s.pruneUploads(ctx, l, present); err != nil {
+	uploaded, err := s.uploadsGone(ctx, l, present)
+	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
 	return s.inTx(ctx, func() error {
@@ -94,53 +95,48 @@ func (s *syncRun) pruneLedger(ctx context.Context, l *listing, f *fetched) error
 				return err
 			}
 		}
+		for _, name := range uploaded {
+			if err := s.exec(ctx, `DELETE FROM sync_uploaded WHERE name = ?1`, name); err != nil {
+				return err
+			}
+		}
 		return setMeta(ctx, s.conn, metaPruned, month)
 	})
 }
 
-// pruneUploads keeps sync_uploaded, the names this database uploaded,
-// bounded by what the remote holds: with the ledger, once a month, it
-// forgets the names that the whole listing no longer shows and that are
-// older than where this sync listed from (a file a listing did not show
-// yet is younger). checkCopied asks only whether a listed file's name is
+// uploadsGone returns the names in sync_uploaded (the names this
+// database uploaded) that the ledger's monthly pruning forgets with it,
+// keeping the table bounded by what the remote holds: those the whole
+// listing no longer shows and that are older than where this sync listed
+// from (a file a listing did not show yet is younger). checkCopied asks only whether a listed file's name is
 // this database's, and a file gone from the remote is not listed again;
 // a copy of the database names its files itself, so forgetting a name
 // of ours never hides a copy's file, however late a sync tool delivers
 // it. The newest patch name stays (the next names follow it, see
 // patchTime), and so do the names of uploads still in the outbox.
-func (s *syncRun) pruneUploads(ctx context.Context, l *listing, present map[string]bool) error {
+func (s *syncRun) uploadsGone(ctx context.Context, l *listing, present map[string]bool) ([]string, error) {
 	if l.since.IsZero() {
-		return nil
+		return nil, nil
 	}
 	rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_uploaded
 WHERE name IS NOT (SELECT max(name) FROM sync_uploaded WHERE name GLOB '*/patch_*')
 AND name NOT IN (SELECT name FROM sync_outbox)`)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var gone []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		if _, at, _, ok := parseFileName(name); ok && at.Before(l.since) && !present[name] {
 			gone = append(gone, name)
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return s.inTx(ctx, func() error {
-		for _, name := range gone {
-			if err := s.exec(ctx, `DELETE FROM sync_uploaded WHERE name = ?1`, name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return gone, rows.Err()
 }
 
 // maintain runs after a successful sync: the month's first snapshot, the
