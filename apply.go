@@ -183,6 +183,11 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 	if c.flags&planRowCanonical != 0 || !st.node.exists() {
 		return nil // the row already holds exactly this content, or is gone
 	}
+	if c.base == nil {
+		// No row, and no edit: the record's synced state, which the
+		// app's row never showed (see planRecord).
+		return s.writeRow(ctx, t, c.record, st.node)
+	}
 	// The row exists (its content is what was planned): update in place.
 	return s.rowResult(t, c.record, s.exec(ctx, t.updateSQL, c.record, string(jsonv.Encode(st.node.value()))))
 }

@@ -1324,6 +1324,20 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			}
 			removalRun(rt, m, d, label)
 		case 18:
+			if !d.detached && rapid.Bool().Draw(rt, "createDeleteFirst") {
+				// A record this device never held, created and deleted
+				// before it synced: nothing to send, and once the table
+				// is registered again, no delete of what others created
+				// meanwhile.
+				id := rapid.SampledFrom(harnessRecords).Draw(rt, "createDeleteRecord")
+				var held bool
+				d.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM sync_states WHERE table_name = 'notes' AND record_id = ?)`, id).Scan(&held)
+				if _, exists := d.local(rt, id); !held && !exists {
+					m.writeOp(rt, d, label+"c", id, 1)
+					m.writeOp(rt, d, label+"d", id, 0)
+					count("table unregistered over a record created and deleted unsynced")
+				}
+			}
 			d.setDetached(rt, !d.detached)
 		}
 	}

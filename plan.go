@@ -340,6 +340,12 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 	switch {
 	case !rowExists && (old == nil || syncedDeleted):
 		c.flags = planNoop | planRowCanonical // created and deleted between syncs, or still deleted
+	case !rowExists && p.refused && !p.base.Valid:
+		// No row, and none shown before either (a record created and
+		// deleted while its table was unregistered, or refused): no
+		// edit, and the synced state, which the app never saw, is
+		// written now (see retryUnwritten).
+		c.flags = planNoop
 	case !rowExists:
 		c.deleted, c.patch = true, []byte("{}")
 	default:

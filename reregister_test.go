@@ -63,3 +63,35 @@ func TestSyncedTables(t *testing.T) {
 		t.Fatalf("synced tables %v, want notes and misc", got)
 	}
 }
+
+// A record the app created and deleted before it ever synced, whose table
+// is then unregistered, holds nothing to send: its pending entry must not
+// turn, once the table is registered again, into a delete of another
+// device's creation of the same id received meanwhile, which the app
+// never saw.
+func TestReregisteredPendingDeleteKeepsUnseenCreate(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote, notesSchema, miscSchema)
+	b := newDevice(t, "dev-b", remote)
+	syncAll(t, a, b)
+	a.put("r0", `{"x":1}`)
+	a.exec(`DELETE FROM notes WHERE id = 'r0'`)
+
+	a.cfg.Tables = []Table{{Name: "misc"}}
+	a.open()
+	a.sync()
+	b.put("r0", `{"x":2}`)
+	b.sync()
+	a.sync()
+
+	a.cfg.Tables = []Table{{Name: "notes"}, {Name: "misc"}}
+	a.open()
+	a.sync()
+	b.sync()
+	for _, d := range []*device{a, b} {
+		if got := d.get("r0"); got != `{"x":2}` {
+			t.Errorf("%s: r0 = %q, want b's creation", d.name, got)
+		}
+	}
+	assertConverged(t, a, b)
+}
