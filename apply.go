@@ -153,7 +153,13 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		}
 	}
 	if s.dirty {
-		same, err := s.rowMatches(ctx, t, c.record, st.node)
+		want := st.node
+		if c.flags&planNoop != 0 && c.base == nil {
+			// Planned with no row and no edit (see planRecord): still no
+			// row is still no edit.
+			want = &node{}
+		}
+		same, err := s.rowMatches(ctx, t, c.record, want)
 		if err != nil {
 			return err
 		}

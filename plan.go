@@ -369,8 +369,13 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 				c.flags = planNoop
 				break
 			}
-			cur = layEdits(old, edits)
-			rowCanonical = false // the row is rewritten with the result
+			if p.base.Valid || !syncedDeleted {
+				cur = layEdits(old, edits)
+				rowCanonical = false // the row is rewritten with the result
+			}
+			// Else the row showed no row, and the record is deleted: a
+			// row written over it is a new record, whatever the engine
+			// failed to write before.
 		}
 		enc := jsonv.Encode(cur)
 		if rowCanonical && string(enc) == content.String {
@@ -385,7 +390,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			c.reset = reset
 		case old == nil:
 			c.patch = enc
-		case syncedDeleted && p.refused:
+		case syncedDeleted && p.refused && p.base.Valid:
 			// Edits of a row that did not show the delete: they bring
 			// the record back whole, with them on top.
 			c.patch = jsonv.Encode(diff(*old, cur))

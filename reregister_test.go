@@ -95,3 +95,74 @@ func TestReregisteredPendingDeleteKeepsUnseenCreate(t *testing.T) {
 	}
 	assertConverged(t, a, b)
 }
+
+// TestReregisteredPendingDeleteKeepsUnseenCreate, but the app writes
+// something unrelated (a table drivesync does not sync) while each sync
+// after re-registering runs. The record planned with no row and no edit
+// still has no row: it is written all the same. Before, the dirty path
+// compared the absent row with the synced state, took the mismatch for an
+// app edit made during the sync, and kept the record pending and
+// unwritten, unreported, for as long as every sync was dirty.
+func TestReregisteredUnseenCreateWrittenInDirtySync(t *testing.T) {
+	const logSchema = `CREATE TABLE IF NOT EXISTS applog (n INTEGER)`
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote, notesSchema, miscSchema, logSchema)
+	b := newDevice(t, "dev-b", remote)
+	syncAll(t, a, b)
+	a.put("r0", `{"x":1}`)
+	a.exec(`DELETE FROM notes WHERE id = 'r0'`)
+
+	a.cfg.Tables = []Table{{Name: "misc"}}
+	a.open()
+	a.sync()
+	b.put("r0", `{"x":2}`)
+	b.sync()
+	a.sync()
+
+	a.cfg.Tables = []Table{{Name: "notes"}, {Name: "misc"}}
+	a.open()
+	hooks(a.eng).step = func(point string) error {
+		if point == "planned" {
+			a.exec(`INSERT INTO applog (n) VALUES (1)`) // unrelated to notes
+		}
+		return nil
+	}
+	for i := 0; i < 3; i++ {
+		r := a.sync()
+		if got := a.get("r0"); got != `{"x":2}` {
+			t.Errorf("dirty sync %d: a: r0 = %q, want b's creation {\"x\":2} (pending %d, unwritten %v)", i+1, got, a.pendingCount(), unwrittenIDs(r))
+		}
+	}
+}
+
+// The app deletes a record it saw, and
+// while the sync that sends the delete runs it creates the id again; the
+// engine's rewrite of that new row (rebasePending) is refused by a CHECK
+// on a projection column, so sync_unwritten records base NULL for a row
+// that was written over a delete the device saw. The next sync then takes
+// the new row for edits of a row "that did not show the delete" and sends
+// a non-replacing patch: the deleted record's fields come back, though the
+// doc says a row inserted again over a record the device saw deleted is
+// exactly the new row everywhere. A row that showed no row (base NULL)
+// over a deleted record is a new record.
+func TestRecreatedDuringSyncRefusedStaysNew(t *testing.T) {
+	remote := NewMemoryRemote()
+	a := newDevice(t, "dev-a", remote, checkedNotesSchema)
+	b := newDevice(t, "dev-b", remote)
+	a.put("r", `{"old":1}`)
+	syncAll(t, a, b)
+
+	a.exec(`DELETE FROM notes WHERE id = 'r'`)
+	hooks(a.eng).step = func(point string) error {
+		if point == "planned" {
+			a.put("r", `{"display_order":500,"new":2}`)
+		}
+		return nil
+	}
+	a.sync()
+	hooks(a.eng).step = nil
+	syncAll(t, a, b)
+	if got, want := b.get("r"), `{"display_order":500,"new":2}`; got != want {
+		t.Errorf("b: r = %s, want exactly a's new row %s (the deleted record's fields came back)", got, want)
+	}
+}
