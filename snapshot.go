@@ -225,8 +225,16 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 		endTx(s.conn)
 		return "", &Error{Op: op, Err: err}
 	}
-	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize)
+	var unfit []recordKey
+	var tooLarge func(recordKey)
+	if kind == kindMerge {
+		tooLarge = func(k recordKey) { unfit = append(unfit, k) }
+	}
+	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize, tooLarge)
 	endTx(s.conn) // a read transaction: ends the snapshot of the database
+	if err == nil && len(unfit) > 0 {
+		err = s.dropUnfit(ctx, unfit)
+	}
 	if err == nil {
 		err = s.verifyState(f)
 	} else if errors.Is(err, errTooLarge) { // a value no entry can hold
@@ -279,6 +287,33 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 		}
 		now = now.Add(time.Millisecond)
 	}
+}
+
+// dropUnfit takes out of sync_states the records that a merge file could
+// not carry, not even in parts: the joined store's record limit is below
+// one of their values (this database's old store allowed more). The store
+// never holds them, so this database must not either, or its snapshots
+// could never be written; their app rows stay, pending, and each sync
+// reports them in Report.Skipped until the app makes them fit.
+func (s *syncRun) dropUnfit(ctx context.Context, unfit []recordKey) error {
+	err := s.inTx(ctx, func() error {
+		for _, k := range unfit {
+			if err := s.exec(ctx, `DELETE FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, k.table, k.record); err != nil {
+				return err
+			}
+			if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range unfit {
+		s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, s.limits.MaxRecordSize))
+	}
+	return nil
 }
 
 // errUnreadableState marks a snapshot or merge file this device wrote that

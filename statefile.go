@@ -50,7 +50,11 @@ func appendNames(b []byte, names []string) []byte {
 // writeStateFile streams every record of sync_states into w, gzipped.
 // Memory stays flat: rows go out as they are read. A record over the
 // store's record limit goes out in parts (see stateParts).
-func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, maxRecord int64) (records int, err error) {
+//
+// tooLarge, if set, takes each record that cannot go out even in parts (a
+// single value over maxRecord) instead of failing the file: a merge file
+// leaves them out (see dropUnfit).
+func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, maxRecord int64, tooLarge func(recordKey)) (records int, err error) {
 	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	if err != nil {
 		return 0, err
@@ -111,6 +115,11 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 			continue
 		}
 		parts, err := stateParts(data, clock, deleted, maxRecord)
+		if errors.Is(err, errTooLarge) && tooLarge != nil {
+			tooLarge(recordKey{string(table), string(record)})
+			records--
+			continue
+		}
 		if err != nil {
 			return records, fmt.Errorf("record %s/%s: %w", table, record, err)
 		}
