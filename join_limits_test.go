@@ -45,6 +45,9 @@ func TestJoinStoreWithSmallerRecordLimit(t *testing.T) {
 		t.Errorf("a snapshot after the join: %v", err)
 	}
 	x.sync()
+	if got := x.get("big"); got != "" {
+		t.Errorf("x: big = %q, want none: the store holds nothing of it", got)
+	}
 	if got := x.get("small"); got != `{"v":"a"}` {
 		t.Errorf("x: small = %q, want a's record", got)
 	}
@@ -60,6 +63,41 @@ func TestJoinStoreWithSmallerRecordLimit(t *testing.T) {
 	x.sync()
 	if got := x.get("big"); got != `{"v":"fits now"}` {
 		t.Errorf("x: big = %q once it fits", got)
+	}
+	assertConverged(t, a, x)
+}
+
+// The record too large for the joined store also exists there: its
+// fields from the store must not be sent back with their old values once
+// the record fits, over an edit the store made to them meanwhile.
+func TestJoinUnfitRecordKeepsStoreEdits(t *testing.T) {
+	home, other := NewMemoryRemote(), NewMemoryRemote()
+	other.SetClock(func() time.Time { return time.Now().Add(time.Hour) })
+	a := newDevice(t, "dev-a", home)
+	a.put("both", `{"big":"`+strings.Repeat("x", 4<<10)+`"}`)
+	a.sync()
+	x := storeDevice(t, "dev-x", other, Limits{MaxRecordSize: 2 << 10})
+	x.put("both", `{"title":"x1"}`)
+	x.sync()
+
+	a.cfg.Remote = other
+	a.open()
+	a.eng.Sync(context.Background())
+	if err := a.eng.JoinRemote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.sync()
+	a.sync()
+	x.exec(`UPDATE notes SET content = jsonb_set(content, '$.title', 'x2') WHERE id = 'both'`)
+	x.sync()
+	a.sync()
+	a.exec(`UPDATE notes SET content = jsonb_set(content, '$.big', 'small') WHERE id = 'both'`)
+	a.sync()
+	x.sync()
+	for _, d := range []*device{a, x} {
+		if got := d.get("both"); got != `{"big":"small","title":"x2"}` {
+			t.Errorf("%s: both = %s, want x's later title and a's field", d.name, got)
+		}
 	}
 	assertConverged(t, a, x)
 }

@@ -233,7 +233,10 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize, tooLarge)
 	endTx(s.conn) // a read transaction: ends the snapshot of the database
 	if err == nil && len(unfit) > 0 {
-		err = s.dropUnfit(ctx, unfit)
+		// Once more, with what the joined store can hold of them.
+		if err = s.pruneUnfit(ctx, unfit); err == nil {
+			n, err = rewriteStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize)
+		}
 	}
 	if err == nil {
 		err = s.verifyState(f)
@@ -289,16 +292,36 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	}
 }
 
-// dropUnfit takes out of sync_states the records that a merge file could
-// not carry, not even in parts: the joined store's record limit is below
-// one of their values (this database's old store allowed more). The store
-// never holds them, so this database must not either, or its snapshots
-// could never be written; their app rows stay, pending, and each sync
-// reports them in Report.Skipped until the app makes them fit.
-func (s *syncRun) dropUnfit(ctx context.Context, unfit []recordKey) error {
+// pruneUnfit takes out of sync_states the values that a merge file could
+// not carry, not even alone in a part: the joined store's record limit is
+// below them (this database's old store allowed more). The store never
+// holds them, so this database must not either, or its snapshots could
+// never be written; the rest of each record stays, and goes out in the
+// merge file. Their app rows keep the values, pending: each sync reports
+// them in Report.Skipped until the app makes them fit, and then they go
+// out as edits of the record the store holds.
+func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
+	maxRecord := s.limits.MaxRecordSize
+	fits := func(p *node) bool {
+		d, c := encodeState(p)
+		return int64(len(d)) <= maxRecord && int64(len(c)) <= 2*maxRecord
+	}
 	err := s.inTx(ctx, func() error {
 		for _, k := range unfit {
-			if err := s.exec(ctx, `DELETE FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, k.table, k.record); err != nil {
+			st, err := s.loadState(ctx, k.table, k.record)
+			if err != nil {
+				return err
+			}
+			pruneNode(st.node, func(p *node) *node { return p }, fits)
+			d, c := encodeState(st.node)
+			// A record left with no field is left out whole: the store
+			// has none of it.
+			if _, err := stateParts([]byte(d), []byte(c), !st.node.exists(), maxRecord); err == nil && len(st.node.kids) > 0 {
+				err = s.storeState(ctx, st, fileChange{table: k.table, record: k.record})
+				if err != nil {
+					return err
+				}
+			} else if err := s.exec(ctx, `DELETE FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, k.table, k.record); err != nil {
 				return err
 			}
 			if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
@@ -311,9 +334,37 @@ func (s *syncRun) dropUnfit(ctx context.Context, unfit []recordKey) error {
 		return err
 	}
 	for _, k := range unfit {
-		s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, s.limits.MaxRecordSize))
+		s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, maxRecord))
 	}
 	return nil
+}
+
+// pruneNode removes from n, wrapped by wrap in its record's root and the
+// path down to it, every value that does not fit alone (see splitState).
+// It reports whether n itself is such a value.
+func pruneNode(n *node, wrap func(*node) *node, fits func(*node) bool) bool {
+	if fits(wrap(n)) {
+		return false
+	}
+	if n.kind != objectNode || len(n.kids) == 0 {
+		return true
+	}
+	out := n.kids[:0]
+	for _, k := range n.kids {
+		key := k.key
+		parent := *n
+		drop := pruneNode(k.node, func(sub *node) *node {
+			c := parent
+			c.kids = []kid{{key: key, node: sub}}
+			return wrap(&c)
+		}, fits)
+		if !drop {
+			out = append(out, k)
+		}
+	}
+	clear(n.kids[len(out):])
+	n.kids = out
+	return false
 }
 
 // errUnreadableState marks a snapshot or merge file this device wrote that

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -45,6 +47,23 @@ func appendNames(b []byte, names []string) []byte {
 		b = jsonv.AppendString(b, name)
 	}
 	return append(b, ']')
+}
+
+// rewriteStateFile writes f again from the start, in a read transaction
+// of its own.
+func rewriteStateFile(ctx context.Context, conn *sql.Conn, f *os.File, h stateHeader, maxRecord int64) (int, error) {
+	if err := f.Truncate(0); err != nil {
+		return 0, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		endTx(conn)
+		return 0, err
+	}
+	defer endTx(conn)
+	return writeStateFile(ctx, conn, f, h, maxRecord, nil)
 }
 
 // writeStateFile streams every record of sync_states into w, gzipped.
