@@ -294,12 +294,13 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 
 // pruneUnfit takes out of sync_states the values that a merge file could
 // not carry, not even alone in a part: the joined store's record limit is
-// below them (this database's old store allowed more). The store never
-// holds them, so this database must not either, or its snapshots could
-// never be written; the rest of each record stays, and goes out in the
-// merge file. Their app rows keep the values, pending: each sync reports
-// them in Report.Skipped until the app makes them fit, and then they go
-// out as edits of the record the store holds.
+// below them (this database's old store allowed more). Each becomes a
+// removal with its write's stamp, so that it still ends the older writes
+// of its path, as the write did; a key too long for any part goes,
+// stamp and all (the store can hold no write of it either). Stamps of
+// records, deletes and floors stay. The app rows keep the values,
+// pending: each sync reports them in Report.Skipped until the app makes
+// them fit, and then they go out as new edits.
 func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
 	maxRecord := s.limits.MaxRecordSize
 	fits := func(p *node) bool {
@@ -313,15 +314,7 @@ func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
 				return err
 			}
 			pruneNode(st.node, func(p *node) *node { return p }, fits)
-			d, c := encodeState(st.node)
-			// A record left with no field is left out whole: the store
-			// has none of it.
-			if _, err := stateParts([]byte(d), []byte(c), !st.node.exists(), maxRecord); err == nil && len(st.node.kids) > 0 {
-				err = s.storeState(ctx, st, fileChange{table: k.table, record: k.record})
-				if err != nil {
-					return err
-				}
-			} else if err := s.exec(ctx, `DELETE FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, k.table, k.record); err != nil {
+			if err := s.storeState(ctx, st, fileChange{table: k.table, record: k.record}); err != nil {
 				return err
 			}
 			if err := s.exec(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, k.table, k.record); err != nil {
@@ -334,37 +327,41 @@ func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
 		return err
 	}
 	for _, k := range unfit {
-		s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, maxRecord))
+		if !slices.ContainsFunc(s.report.Skipped, func(r RecordError) bool { return r.Table == k.table && r.Record == k.record }) {
+			s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, maxRecord))
+		}
 	}
 	return nil
 }
 
-// pruneNode removes from n, wrapped by wrap in its record's root and the
-// path down to it, every value that does not fit alone (see splitState).
-// It reports whether n itself is such a value.
+// pruneNode turns every value under n (wrapped by wrap in its record's
+// root and the path down to it) that does not fit alone (see splitState)
+// into a removal of the same stamp. It reports whether n must go whole:
+// its key alone is too long.
 func pruneNode(n *node, wrap func(*node) *node, fits func(*node) bool) bool {
 	if fits(wrap(n)) {
 		return false
 	}
-	if n.kind != objectNode || len(n.kids) == 0 {
-		return true
-	}
-	out := n.kids[:0]
-	for _, k := range n.kids {
-		key := k.key
-		parent := *n
-		drop := pruneNode(k.node, func(sub *node) *node {
-			c := parent
-			c.kids = []kid{{key: key, node: sub}}
-			return wrap(&c)
-		}, fits)
-		if !drop {
-			out = append(out, k)
+	if n.kind == objectNode && len(n.kids) > 0 {
+		out := n.kids[:0]
+		for _, k := range n.kids {
+			key := k.key
+			parent := *n
+			drop := pruneNode(k.node, func(sub *node) *node {
+				c := parent
+				c.kids = []kid{{key: key, node: sub}}
+				return wrap(&c)
+			}, fits)
+			if !drop {
+				out = append(out, k)
+			}
 		}
+		clear(n.kids[len(out):])
+		n.kids = out
+	} else if n.kind != absentNode {
+		*n = node{kind: absentNode, stamp: n.stamp, gone: n.gone}
 	}
-	clear(n.kids[len(out):])
-	n.kids = out
-	return false
+	return !fits(wrap(n))
 }
 
 // errUnreadableState marks a snapshot or merge file this device wrote that
