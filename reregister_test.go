@@ -70,22 +70,7 @@ func TestSyncedTables(t *testing.T) {
 // device's creation of the same id received meanwhile, which the app
 // never saw.
 func TestReregisteredPendingDeleteKeepsUnseenCreate(t *testing.T) {
-	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote, notesSchema, miscSchema)
-	b := newDevice(t, "dev-b", remote)
-	syncAll(t, a, b)
-	a.put("r0", `{"x":1}`)
-	a.exec(`DELETE FROM notes WHERE id = 'r0'`)
-
-	a.cfg.Tables = []Table{{Name: "misc"}}
-	a.open()
-	a.sync()
-	b.put("r0", `{"x":2}`)
-	b.sync()
-	a.sync()
-
-	a.cfg.Tables = []Table{{Name: "notes"}, {Name: "misc"}}
-	a.open()
+	a, b := createdWhileUnregistered(t)
 	a.sync()
 	b.sync()
 	for _, d := range []*device{a, b} {
@@ -96,18 +81,13 @@ func TestReregisteredPendingDeleteKeepsUnseenCreate(t *testing.T) {
 	assertConverged(t, a, b)
 }
 
-// TestReregisteredPendingDeleteKeepsUnseenCreate, but the app writes
-// something unrelated (a table drivesync does not sync) while each sync
-// after re-registering runs. The record planned with no row and no edit
-// still has no row: it is written all the same. Before, the dirty path
-// compared the absent row with the synced state, took the mismatch for an
-// app edit made during the sync, and kept the record pending and
-// unwritten, unreported, for as long as every sync was dirty.
-func TestReregisteredUnseenCreateWrittenInDirtySync(t *testing.T) {
-	const logSchema = `CREATE TABLE IF NOT EXISTS applog (n INTEGER)`
+// createdWhileUnregistered: a creates and deletes r0 before it ever
+// synced and unregisters notes; b creates r0, which a receives while
+// unregistered; a registers notes again (not synced since).
+func createdWhileUnregistered(t *testing.T) (a, b *device) {
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote, notesSchema, miscSchema, logSchema)
-	b := newDevice(t, "dev-b", remote)
+	a = newDevice(t, "dev-a", remote, notesSchema, miscSchema)
+	b = newDevice(t, "dev-b", remote)
 	syncAll(t, a, b)
 	a.put("r0", `{"x":1}`)
 	a.exec(`DELETE FROM notes WHERE id = 'r0'`)
@@ -121,6 +101,19 @@ func TestReregisteredUnseenCreateWrittenInDirtySync(t *testing.T) {
 
 	a.cfg.Tables = []Table{{Name: "notes"}, {Name: "misc"}}
 	a.open()
+	return a, b
+}
+
+// TestReregisteredPendingDeleteKeepsUnseenCreate, but the app writes
+// something unrelated (a table drivesync does not sync) while each sync
+// after re-registering runs. The record planned with no row and no edit
+// still has no row: it is written all the same. Before, the dirty path
+// compared the absent row with the synced state, took the mismatch for an
+// app edit made during the sync, and kept the record pending and
+// unwritten, unreported, for as long as every sync was dirty.
+func TestReregisteredUnseenCreateWrittenInDirtySync(t *testing.T) {
+	a, _ := createdWhileUnregistered(t)
+	a.exec(`CREATE TABLE applog (n INTEGER)`)
 	hooks(a.eng).step = func(point string) error {
 		if point == "planned" {
 			a.exec(`INSERT INTO applog (n) VALUES (1)`) // unrelated to notes
@@ -135,8 +128,8 @@ func TestReregisteredUnseenCreateWrittenInDirtySync(t *testing.T) {
 	}
 }
 
-// The app deletes a record it saw, and
-// while the sync that sends the delete runs it creates the id again; the
+// The app deletes a record it saw, and while the sync that sends the
+// delete runs it creates the id again; the
 // engine's rewrite of that new row (rebasePending) is refused by a CHECK
 // on a projection column, so sync_unwritten records base NULL for a row
 // that was written over a delete the device saw. The next sync then takes

@@ -108,8 +108,9 @@ func (s *syncRun) pruneLedger(ctx context.Context, l *listing, f *fetched) error
 // database uploaded) that the ledger's monthly pruning forgets with it,
 // keeping the table bounded by what the remote holds: those the whole
 // listing no longer shows and that are older than where this sync listed
-// from (a file a listing did not show yet is younger). checkCopied asks only whether a listed file's name is
-// this database's, and a file gone from the remote is not listed again;
+// from (a file a listing did not show yet is younger). checkCopied asks
+// only whether a listed file's name is this database's, and a file gone
+// from the remote is not listed again;
 // a copy of the database names its files itself, so forgetting a name
 // of ours never hides a copy's file, however late a sync tool delivers
 // it. The newest patch name stays (the next names follow it, see
@@ -226,17 +227,14 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 		return "", &Error{Op: op, Err: err}
 	}
 	var unfit []recordKey
-	var tooLarge func(recordKey)
+	var onUnfit func(recordKey)
 	if kind == kindMerge {
-		tooLarge = func(k recordKey) { unfit = append(unfit, k) }
+		onUnfit = func(k recordKey) { unfit = append(unfit, k) }
 	}
-	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize, tooLarge)
+	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize, onUnfit)
 	endTx(s.conn) // a read transaction: ends the snapshot of the database
 	if err == nil && len(unfit) > 0 {
-		// Once more, with what the joined store can hold of them.
-		if err = s.pruneUnfit(ctx, unfit); err == nil {
-			n, err = rewriteStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize)
-		}
+		err = s.pruneUnfit(ctx, unfit)
 	}
 	if err == nil {
 		err = s.verifyState(f)
@@ -292,28 +290,23 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	}
 }
 
-// pruneUnfit takes out of sync_states the values that a merge file could
-// not carry, not even alone in a part: the joined store's record limit is
-// below them (this database's old store allowed more). Each becomes a
-// removal with its write's stamp, so that it still ends the older writes
-// of its path, as the write did; a key too long for any part goes,
-// stamp and all (the store can hold no write of it either). Stamps of
-// records, deletes and floors stay. The app rows keep the values,
-// pending: each sync reports them in Report.Skipped until the app makes
-// them fit, and then they go out as new edits.
+// pruneUnfit stores what the merge file holds of the records it could
+// not carry whole, not even in parts: the joined store's record limit is
+// below some of their values (this database's old store allowed more),
+// and pruneNode made each a removal. The store never holds those values,
+// so this database must not either, or its snapshots could never be
+// written. The app rows keep them, pending: each sync reports the record
+// in Report.Skipped until the app makes it fit, and then they go out as
+// new edits.
 func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
-	maxRecord := s.limits.MaxRecordSize
-	fits := func(p *node) bool {
-		d, c := encodeState(p)
-		return int64(len(d)) <= maxRecord && int64(len(c)) <= 2*maxRecord
-	}
+	fits := recordFits(s.limits.MaxRecordSize)
 	err := s.inTx(ctx, func() error {
 		for _, k := range unfit {
 			st, err := s.loadState(ctx, k.table, k.record)
 			if err != nil {
 				return err
 			}
-			pruneNode(st.node, func(p *node) *node { return p }, fits)
+			pruneNode(st.node, asRecord, fits)
 			if err := s.storeState(ctx, st, fileChange{table: k.table, record: k.record}); err != nil {
 				return err
 			}
@@ -328,40 +321,10 @@ func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
 	}
 	for _, k := range unfit {
 		if !slices.ContainsFunc(s.report.Skipped, func(r RecordError) bool { return r.Table == k.table && r.Record == k.record }) {
-			s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, maxRecord))
+			s.skipRecord(k.table, k.record, fmt.Errorf("%w: a value is over the joined store's MaxRecordSize (%d bytes): make it smaller and it syncs", errTooLarge, s.limits.MaxRecordSize))
 		}
 	}
 	return nil
-}
-
-// pruneNode turns every value under n (wrapped by wrap in its record's
-// root and the path down to it) that does not fit alone (see splitState)
-// into a removal of the same stamp. It reports whether n must go whole:
-// its key alone is too long.
-func pruneNode(n *node, wrap func(*node) *node, fits func(*node) bool) bool {
-	if fits(wrap(n)) {
-		return false
-	}
-	if n.kind == objectNode && len(n.kids) > 0 {
-		out := n.kids[:0]
-		for _, k := range n.kids {
-			key := k.key
-			parent := *n
-			drop := pruneNode(k.node, func(sub *node) *node {
-				c := parent
-				c.kids = []kid{{key: key, node: sub}}
-				return wrap(&c)
-			}, fits)
-			if !drop {
-				out = append(out, k)
-			}
-		}
-		clear(n.kids[len(out):])
-		n.kids = out
-	} else if n.kind != absentNode {
-		*n = node{kind: absentNode, stamp: n.stamp, gone: n.gone}
-	}
-	return !fits(wrap(n))
 }
 
 // errUnreadableState marks a snapshot or merge file this device wrote that

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -49,31 +47,15 @@ func appendNames(b []byte, names []string) []byte {
 	return append(b, ']')
 }
 
-// rewriteStateFile writes f again from the start, in a read transaction
-// of its own.
-func rewriteStateFile(ctx context.Context, conn *sql.Conn, f *os.File, h stateHeader, maxRecord int64) (int, error) {
-	if err := f.Truncate(0); err != nil {
-		return 0, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, err
-	}
-	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
-		endTx(conn)
-		return 0, err
-	}
-	defer endTx(conn)
-	return writeStateFile(ctx, conn, f, h, maxRecord, nil)
-}
-
 // writeStateFile streams every record of sync_states into w, gzipped.
 // Memory stays flat: rows go out as they are read. A record over the
 // store's record limit goes out in parts (see stateParts).
 //
-// tooLarge, if set, takes each record that cannot go out even in parts (a
-// single value over maxRecord) instead of failing the file: a merge file
-// leaves them out (see dropUnfit).
-func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, maxRecord int64, tooLarge func(recordKey)) (records int, err error) {
+// unfit, if set, takes each record that cannot go out even in parts (a
+// single value over maxRecord) instead of failing the file, which holds
+// the record without those values (see pruneNode): a merge file, whose
+// writer then stores the same (see pruneUnfit).
+func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, maxRecord int64, unfit func(recordKey)) (records int, err error) {
 	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	if err != nil {
 		return 0, err
@@ -133,11 +115,10 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 			}
 			continue
 		}
-		parts, err := stateParts(data, clock, deleted, maxRecord)
-		if errors.Is(err, errTooLarge) && tooLarge != nil {
-			tooLarge(recordKey{string(table), string(record)})
-			records--
-			continue
+		parts, err := stateParts(data, clock, deleted, maxRecord, false)
+		if errors.Is(err, errTooLarge) && unfit != nil {
+			unfit(recordKey{string(table), string(record)})
+			parts, err = stateParts(data, clock, deleted, maxRecord, true)
 		}
 		if err != nil {
 			return records, fmt.Errorf("record %s/%s: %w", table, record, err)
@@ -168,8 +149,9 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 // large for one part split the same way below it. A reader merges the
 // parts as it merges any state (see node.merge): the writes behind them
 // are, together, exactly the writes behind the whole, so the merge gives
-// the whole state.
-func stateParts(data, clock []byte, deleted bool, maxRecord int64) ([]*node, error) {
+// the whole state. prune first drops the values no part can hold (see
+// pruneNode).
+func stateParts(data, clock []byte, deleted bool, maxRecord int64, prune bool) ([]*node, error) {
 	content, err := jsonv.ParseObject(data, jsonv.Options{})
 	if err != nil {
 		return nil, err
@@ -178,11 +160,59 @@ func stateParts(data, clock []byte, deleted bool, maxRecord int64) ([]*node, err
 	if err != nil {
 		return nil, err
 	}
-	fits := func(p *node) bool {
+	fits := recordFits(maxRecord)
+	if prune {
+		pruneNode(n, asRecord, fits)
+	}
+	return splitState(n, asRecord, fits)
+}
+
+// recordFits reports whether a record's state (or a part of it) is within
+// the record limit.
+func recordFits(maxRecord int64) func(*node) bool {
+	return func(p *node) bool {
 		d, c := encodeState(p)
 		return int64(len(d)) <= maxRecord && int64(len(c)) <= 2*maxRecord
 	}
-	return splitState(n, func(p *node) *node { return p }, fits)
+}
+
+// asRecord wraps a record's root: itself.
+func asRecord(n *node) *node { return n }
+
+// under returns the wrap of kid key of n, n being wrapped by wrap: n with
+// that kid alone, wrapped.
+func under(n *node, key string, wrap func(*node) *node) func(*node) *node {
+	return func(sub *node) *node {
+		c := *n
+		c.kids = []kid{{key: key, node: sub}}
+		return wrap(&c)
+	}
+}
+
+// pruneNode turns every value under n (wrapped by wrap in its record's
+// root and the path down to it) that does not fit alone, where splitState
+// fails, into a removal of the same stamp, so that it still ends the
+// older writes of its path, as the write did. It reports whether n must
+// go whole: its key alone is too long (no write of it fits either).
+// Stamps of records, deletes and floors stay.
+func pruneNode(n *node, wrap func(*node) *node, fits func(*node) bool) bool {
+	if fits(wrap(n)) {
+		return false
+	}
+	if n.kind == objectNode && len(n.kids) > 0 {
+		parent := *n // the kids' wraps take n's stamps, not its kids
+		out := n.kids[:0]
+		for _, k := range n.kids {
+			if !pruneNode(k.node, under(&parent, k.key, wrap), fits) {
+				out = append(out, k)
+			}
+		}
+		clear(n.kids[len(out):])
+		n.kids = out
+	} else if n.kind != absentNode {
+		*n = node{kind: absentNode, stamp: n.stamp, gone: n.gone}
+	}
+	return !fits(wrap(n))
 }
 
 // splitState returns parts of n, each wrapped (by wrap) in the record's
@@ -196,12 +226,7 @@ func splitState(n *node, wrap func(*node) *node, fits func(*node) bool) ([]*node
 		return nil, fmt.Errorf("%w: a single value is over the store's record limit", errTooLarge)
 	}
 	if len(n.kids) == 1 {
-		k := n.kids[0]
-		return splitState(k.node, func(sub *node) *node {
-			c := *n
-			c.kids = []kid{{key: k.key, node: sub}}
-			return wrap(&c)
-		}, fits)
+		return splitState(n.kids[0].node, under(n, n.kids[0].key, wrap), fits)
 	}
 	half := len(n.kids) / 2
 	a, b := *n, *n
