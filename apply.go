@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
-	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // The commit phase, the sync's one write transaction: merge the own and
@@ -195,7 +194,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		return s.writeRow(ctx, t, c.record, st.node)
 	}
 	// The row exists (its content is what was planned): update in place.
-	return s.rowResult(t, c.record, s.exec(ctx, t.updateSQL, c.record, string(jsonv.Encode(st.node.value()))))
+	return s.rowResult(t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.value()))))
 }
 
 // clearPending removes, when nothing else wrote during the sync, every
@@ -273,9 +272,9 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 	}
 	if st.node == nil { // a new record from a state file, stored as it came
 		if c.deleted {
-			return s.rowResult(t, c.record, s.exec(ctx, t.deleteSQL, c.record))
+			return s.rowResult(t, c.record, t.deleteRow(ctx, s, c.record))
 		}
-		return s.rowResult(t, c.record, s.exec(ctx, t.upsertSQL, c.record, string(c.patch)))
+		return s.rowResult(t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
 	}
 	return s.writeRow(ctx, t, c.record, st.node)
 }
@@ -294,9 +293,8 @@ func (s *applier) rebasePending(ctx context.Context) error {
 	})
 	for _, k := range keys {
 		t := s.e.tables[k.table]
-		var text string
-		err := s.queryRow(ctx, t.readSQL, []any{k.record}, &text)
-		if errors.Is(err, sql.ErrNoRows) {
+		text, ok, err := t.readRow(ctx, s, k.record)
+		if err == nil && !ok {
 			continue // deleted by the app: the pending delete goes out next time
 		}
 		if err != nil {
@@ -307,6 +305,7 @@ func (s *applier) rebasePending(ctx context.Context) error {
 			continue
 		}
 		base := s.pending[k].base
+		mine = t.asRecord(base, mine)
 		edits := mine
 		if base != nil {
 			edits = diff(*base, mine)
@@ -449,29 +448,29 @@ ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'app
 // rowMatches reports whether the app's row holds exactly the content of
 // state n (both absent counts as a match).
 func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *node) (bool, error) {
-	var text string
-	err := s.queryRow(ctx, t.readSQL, []any{id}, &text)
-	if errors.Is(err, sql.ErrNoRows) {
+	text, ok, err := t.readRow(ctx, s, id)
+	if err == nil && !ok {
 		return !n.exists(), nil
 	}
 	if err != nil || !n.exists() {
 		return false, nil
 	}
 	v, err := jsonv.ParseObject([]byte(text), jsonv.Options{})
-	return err == nil && jsonv.Equal(v, n.value()), nil
+	state := n.value()
+	return err == nil && jsonv.Equal(t.asRecord(&state, v), state), nil
 }
 
 // writeRow makes the app's row show state n, with is_syncing set so the
 // triggers stay quiet.
 func (s *applier) writeRow(ctx context.Context, t *tableInfo, id string, n *node) error {
 	if !n.exists() {
-		return s.rowResult(t, id, s.exec(ctx, t.deleteSQL, id))
+		return s.rowResult(t, id, t.deleteRow(ctx, s, id))
 	}
 	return s.writeContent(ctx, t, id, n.value())
 }
 
 func (s *applier) writeContent(ctx context.Context, t *tableInfo, id string, v jsonv.Value) error {
-	return s.rowResult(t, id, s.exec(ctx, t.upsertSQL, id, string(jsonv.Encode(v))))
+	return s.rowResult(t, id, t.writeRow(ctx, s, id, string(jsonv.Encode(v))))
 }
 
 // rowResult turns a failed row write into the sync's error, except when
@@ -486,7 +485,7 @@ func (s *applier) rowResult(t *tableInfo, id string, err error) error {
 		return nil
 	}
 	err = &Error{Op: "write", Table: t.name, Record: id, Err: err}
-	if !sqliteerr.IsConstraint(err) {
+	if !refusal(err) {
 		return err
 	}
 	s.e.log.Warn("drivesync: row refused by the table's constraints", "table", t.name, "record", id, "err", err)
@@ -608,15 +607,11 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 				base = sql.NullString{String: string(jsonv.Encode(*pe.base)), Valid: true}
 			}
 		case !(known && keep[k]) && t != nil:
-			var text string
-			switch err := s.queryRow(ctx, t.readSQL, []any{k.record}, &text); {
-			case err == nil:
-				base = sql.NullString{String: text, Valid: true}
-			case errors.Is(err, sql.ErrNoRows):
-				base = sql.NullString{}
-			default:
+			text, ok, err := t.readRow(ctx, s, k.record)
+			if err != nil {
 				return err
 			}
+			base = sql.NullString{String: text, Valid: ok}
 		}
 		if err := s.exec(ctx, `INSERT INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, k.table, k.record, base); err != nil {
 			return err

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // DefaultListOverlap is how far before its cursor the engine lists the
@@ -26,11 +24,13 @@ const DefaultListOverlap = 15 * time.Minute
 type Config struct {
 	// Remote is where the devices' patch files live.
 	Remote Remote
-	// Tables are the synced tables. Each needs id TEXT PRIMARY KEY and a
-	// content column holding the record as a JSON object (JSONB or
-	// text); any other column is a projection of the same-named
+	// Tables are the synced tables: document tables (id TEXT PRIMARY
+	// KEY and a content column holding the record as a JSON object,
+	// JSONB or text; any other column is a projection of the same-named
 	// top-level key of content, which the engine fills when it writes a
-	// row. Tables may be added or removed between Opens.
+	// row) and ordinary tables (any declared primary key, the columns as
+	// they are; see Table). Tables may be added or removed between
+	// Opens.
 	Tables []Table
 
 	// DeviceID names this database in file names and stamps. Empty
@@ -62,8 +62,22 @@ type Config struct {
 }
 
 // Table names one synced table.
+//
+// A table with a content column is a document table: id TEXT PRIMARY KEY,
+// the record as a JSON object in content (merged per member path), and
+// optional projection columns. Any other table with a declared PRIMARY
+// KEY of one or more columns (TEXT, INTEGER or BLOB) is an ordinary
+// table: each non-key column is a field that merges on its own, the last
+// writer winning, and values keep their SQLite type exactly (BLOBs, REALs
+// bit for bit, NULLs).
 type Table struct {
 	Name string
+	// UniqueIntegerKey allows a single INTEGER PRIMARY KEY, which is
+	// SQLite's rowid: Open refuses it otherwise, since each device
+	// numbers new rows 1, 2, 3… and two devices would write different
+	// records under one key. Set it only if the app assigns integer keys
+	// unique across devices itself.
+	UniqueIntegerKey bool
 }
 
 // Progress reports how far a sync has come.
@@ -224,6 +238,13 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 				return fmt.Errorf("drivesync: Open: register table %s: %w", t.name, err)
 			}
 		}
+		for _, t := range e.order {
+			if t.ordinary {
+				if err := writeNewColumns(ctx, conn, t); err != nil {
+					return fmt.Errorf("drivesync: Open: table %s: %w", t.name, err)
+				}
+			}
+		}
 		e.detached = map[string]bool{}
 		for name := range synced {
 			if e.tables[name] == nil {
@@ -278,22 +299,7 @@ UNION SELECT substr(name, length('sync_trg_') + 1, length(name) - length('sync_t
 // planRecord sends just them, laid over the synced state. Every other row
 // the next sync writes from sync_states (see retryUnwritten).
 func reattachTable(ctx context.Context, q querier, t *tableInfo) error {
-	tbl := quoteIdent(t.name)
-	edited := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
-SELECT ?1, c.id FROM %s c
-LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = c.id
-LEFT JOIN sync_states s ON s.table_name = ?1 AND s.record_id = c.id
-WHERE CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT json(c.content)
-	ELSE s.record_id IS NULL OR s.is_deleted OR s.record_data IS NOT json(c.content) END`, tbl)
-	if _, err := q.ExecContext(ctx, edited, t.name); err != nil {
-		return err
-	}
-	deleted := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
-SELECT ?1, s.record_id FROM sync_states s
-LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = s.record_id
-WHERE s.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)
-	AND CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT NULL ELSE NOT s.is_deleted END`, tbl)
-	if _, err := q.ExecContext(ctx, deleted, t.name); err != nil {
+	if err := markEdited(ctx, q, t); err != nil {
 		return err
 	}
 	// The rows the app left alone show what others changed meanwhile.
@@ -326,12 +332,12 @@ WHERE u.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM sync_pending_changes p WHE
 	for _, st := range states {
 		var err error
 		if st.deleted {
-			_, err = q.ExecContext(ctx, t.deleteSQL, st.id)
+			err = t.deleteRow(ctx, direct{q}, st.id)
 		} else {
-			_, err = q.ExecContext(ctx, t.upsertSQL, st.id, st.data)
+			err = t.writeRow(ctx, direct{q}, st.id, st.data)
 		}
 		switch {
-		case sqliteerr.IsConstraint(err):
+		case refusal(err):
 			continue // refused: the next sync tries again and reports it
 		case err != nil:
 			return err
@@ -344,6 +350,31 @@ WHERE u.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM sync_pending_changes p WHE
 	return err
 }
 
+// markEdited marks pending the rows of a table registered again that
+// differ from what they showed (see reattachTable).
+func markEdited(ctx context.Context, q querier, t *tableInfo) error {
+	if t.ordinary {
+		return markEditedRows(ctx, q, t)
+	}
+	tbl := quoteIdent(t.name)
+	edited := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
+SELECT ?1, c.id FROM %s c
+LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = c.id
+LEFT JOIN sync_states s ON s.table_name = ?1 AND s.record_id = c.id
+WHERE CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT json(c.content)
+	ELSE s.record_id IS NULL OR s.is_deleted OR s.record_data IS NOT json(c.content) END`, tbl)
+	if _, err := q.ExecContext(ctx, edited, t.name); err != nil {
+		return err
+	}
+	deleted := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
+SELECT ?1, s.record_id FROM sync_states s
+LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = s.record_id
+WHERE s.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)
+	AND CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT NULL ELSE NOT s.is_deleted END`, tbl)
+	_, err := q.ExecContext(ctx, deleted, t.name)
+	return err
+}
+
 // adoptTable joins a newly registered table to the synced state: its rows
 // become pending (their differences from the synced state are sent at the
 // next sync), and synced records it lacks are written into it. A record
@@ -351,6 +382,9 @@ WHERE u.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM sync_pending_changes p WHE
 // skips it (Report.Unwritten); it stays in sync_states, and the next sync
 // tries it again.
 func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
+	if t.ordinary {
+		return adoptRows(ctx, q, t)
+	}
 	tbl := quoteIdent(t.name)
 	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?, id FROM %s`, tbl), t.name); err != nil {
 		return err

@@ -283,7 +283,7 @@ func TestReopen(t *testing.T) {
 	}
 	var triggers int
 	a.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'trigger'`).Scan(&triggers)
-	if want := len(triggerSQL("notes")); triggers != want {
+	if want := len(triggerSQL(&tableInfo{name: "notes"})); triggers != want {
 		t.Fatalf("%d triggers, want %d", triggers, want)
 	}
 	a.cfg.DeviceID = "someone-else"
@@ -338,12 +338,12 @@ func TestOpenRejectsUnsuitableTables(t *testing.T) {
 	d := newDevice(t, "dev-a", remote,
 		notesSchema,
 		`CREATE TABLE intkey (id INTEGER PRIMARY KEY, content TEXT)`,
-		`CREATE TABLE nocontent (id TEXT PRIMARY KEY, body TEXT)`,
+		`CREATE TABLE nokey (id TEXT, body TEXT)`,
 		`CREATE TABLE composite (id TEXT, k TEXT, content TEXT, PRIMARY KEY (id, k))`)
 	for name, want := range map[string]string{
 		"missing":                 "does not exist",
 		"intkey":                  "TEXT PRIMARY KEY",
-		"nocontent":               "no column content",
+		"nokey":                   "no PRIMARY KEY",
 		"composite":               "composite primary key",
 		"notes; DROP TABLE notes": "not a plain identifier",
 		"sqlite_master":           "reserved by SQLite",

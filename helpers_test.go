@@ -37,6 +37,8 @@ type device struct {
 	eng    *Engine
 	remote Remote
 	cfg    Config
+	// dumped are the tables dump shows; nil: notes.
+	dumped []string
 }
 
 func newDevice(t testing.TB, name string, remote Remote, schema ...string) *device {
@@ -108,10 +110,32 @@ func (d *device) get(id string) string {
 func (d *device) dump() string {
 	d.t.Helper()
 	var b strings.Builder
-	for _, q := range []string{
-		`SELECT table_name, record_id, record_data, clock, sync_version, device_id, is_deleted FROM sync_states ORDER BY table_name, record_id`,
-		`SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`,
-	} {
+	queries := []string{`SELECT table_name, record_id, record_data, clock, sync_version, device_id, is_deleted FROM sync_states ORDER BY table_name, record_id`}
+	if d.dumped == nil {
+		queries = append(queries, `SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`)
+	}
+	for _, t := range d.dumped {
+		var cols []string
+		if err := func() error {
+			rows, err := d.db.Query(`SELECT name FROM pragma_table_info(?) ORDER BY cid`, t)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var c string
+				if err := rows.Scan(&c); err != nil {
+					return err
+				}
+				cols = append(cols, c)
+			}
+			return rows.Err()
+		}(); err != nil {
+			d.t.Fatal(err)
+		}
+		queries = append(queries, typedDump(t, cols...))
+	}
+	for _, q := range queries {
 		rows, err := d.db.Query(q)
 		if err != nil {
 			d.t.Fatal(err)

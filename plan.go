@@ -78,7 +78,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		}
 		for rows.Next() {
 			var r pendingRow
-			if err := rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base); err != nil {
+			if err := t.scanPending(ctx, s, rows, &r); err != nil {
 				rows.Close()
 				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 			}
@@ -136,6 +136,15 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 // the row already holds content and projections exactly as the engine
 // writes them (then a sync need not rewrite it), and its synced state.
 func (t *tableInfo) pendingSQL() string {
+	if t.ordinary {
+		return `SELECT p.record_id, s.record_data, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
+	u.record_id IS NOT NULL, u.base
+FROM sync_pending_changes p
+LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
+LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
+WHERE p.table_name = ?1
+ORDER BY p.record_id`
+	}
 	contentOK := "json_valid(c.content, 6)"
 	canonical := "typeof(c.content) = 'text'"
 	if t.jsonb {
@@ -157,6 +166,32 @@ WHERE p.table_name = ?1
 ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
 }
 
+// scanPending reads the next pending record of rows (from pendingSQL)
+// into r. An ordinary table's row is read by its key, through r.
+func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows, r *pendingRow) error {
+	if !t.ordinary {
+		return rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base)
+	}
+	if err := rows.Scan(&r.id, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base); err != nil {
+		return err
+	}
+	if _, err := t.decodeKey(r.id); err != nil {
+		// No row can have this id (a record another device named): there
+		// is nothing of the app's to send.
+		r.noKey = true
+		return nil
+	}
+	text, ok, err := t.readRow(ctx, run, r.id)
+	if err != nil {
+		return err
+	}
+	// The engine writes an ordinary row's values as they are: the row is
+	// always as it would write it.
+	r.rowExists, r.rowCanonical = ok, true
+	r.content = sql.NullString{String: text, Valid: ok}
+	return nil
+}
+
 // pendingRow is one pending record as pendingSQL reads it.
 type pendingRow struct {
 	id            string
@@ -171,6 +206,8 @@ type pendingRow struct {
 	// state.
 	refused bool
 	base    sql.NullString
+	// noKey: an ordinary table's record whose id is no key of the table.
+	noKey bool
 }
 
 // shown returns what the record's row showed before the app's pending
@@ -338,6 +375,8 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 		return c, true
 	}
 	switch {
+	case p.noKey:
+		c.flags = planNoop | planRowCanonical
 	case !rowExists && (old == nil || syncedDeleted):
 		c.flags = planNoop | planRowCanonical // created and deleted between syncs, or still deleted
 	case !rowExists && p.refused && !p.base.Valid:
@@ -355,6 +394,9 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			return c, true
 		}
 		c.base = []byte(content.String)
+		if !p.refused && !syncedDeleted {
+			cur = t.asRecord(old, cur)
+		}
 		if p.refused {
 			// The row still shows what it showed before a write the
 			// engine could not make (the table refused it, or did not
@@ -378,7 +420,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			// failed to write before.
 		}
 		enc := jsonv.Encode(cur)
-		if rowCanonical && string(enc) == content.String {
+		if rowCanonical && (string(enc) == content.String || t.ordinary && !p.refused) {
 			c.flags |= planRowCanonical
 		}
 		switch {

@@ -150,7 +150,7 @@ func TestTableNameSpelling(t *testing.T) {
 	}
 	var n int
 	d.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'trigger'`).Scan(&n)
-	if want := len(triggerSQL("notes")); n != want {
+	if want := len(triggerSQL(&tableInfo{name: "notes"})); n != want {
 		t.Fatalf("%d triggers left, want %d", n, want)
 	}
 }

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/jsonv"
 	"github.com/google/uuid"
 
 	"github.com/drivesync/drivesync/internal/sqliteerr"
@@ -164,14 +167,32 @@ func quoteString(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`
 // tableInfo is what the engine learned about a registered table at Open,
 // and the SQL it uses on it.
 type tableInfo struct {
-	name    string
-	jsonb   bool     // content is stored as JSONB, not JSON text
-	columns []string // projection columns, filled from content's same-named keys
+	name string
+	// ordinary: the table's own columns hold the record (see rows.go);
+	// else it is a document table (id TEXT PRIMARY KEY, content).
+	ordinary bool
+	jsonb    bool     // content is stored as JSONB, not JSON text
+	columns  []string // projection columns, filled from content's same-named keys
+
+	keys       []string               // an ordinary table's key columns, in key order
+	fields     []string               // its other columns, each a member of the record
+	fieldIndex map[string]int         // fields by name
+	defaults   map[string]jsonv.Value // the constant defaults of fields (see asRecord)
 
 	upsertSQL string // ?1 id, ?2 canonical content
 	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
-	deleteSQL string // ?1 id
-	readSQL   string // ?1 id -> content as JSON text, or no row
+	deleteSQL string // ?1 id; an ordinary table's key columns
+	readSQL   string // ?1 id -> content as JSON text, or no row; ordinary: by key
+
+	mu      sync.Mutex
+	upserts map[string]string // an ordinary table's upserts, by the columns they write
+}
+
+// column is one column of a table, as pragma table_xinfo describes it.
+type column struct {
+	name, typ string
+	pk        int
+	hidden    bool
 }
 
 func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
@@ -190,51 +211,112 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
 	}
 	defer rows.Close()
-	ti := &tableInfo{name: t.Name}
-	var haveID, haveContent bool
-	npk := 0
+	var cols []column
+	haveContent := false
 	for rows.Next() {
-		var name, typ string
-		var pk, hidden int
-		if err := rows.Scan(&name, &typ, &pk, &hidden); err != nil {
+		var c column
+		var hidden int
+		if err := rows.Scan(&c.name, &c.typ, &c.pk, &hidden); err != nil {
 			return nil, err
 		}
-		if pk > 0 {
-			npk++
-		}
-		utyp := strings.ToUpper(typ)
-		switch {
-		case name == "id":
-			if pk != 1 || !(strings.Contains(utyp, "TEXT") || strings.Contains(utyp, "CHAR") || strings.Contains(utyp, "CLOB")) {
-				return nil, fmt.Errorf("drivesync: table %s: column id must be the TEXT PRIMARY KEY (found type %q, pk=%d): records are keyed by ids shared across devices, such as UUIDs", t.Name, typ, pk)
-			}
-			haveID = true
-		case name == "content":
-			ti.jsonb = strings.Contains(utyp, "JSONB") || strings.Contains(utyp, "BLOB")
-			haveContent = true
-		case hidden != 0:
-			// Generated and hidden columns are SQLite's to fill.
-		default:
-			if !identRE.MatchString(name) {
-				return nil, fmt.Errorf("drivesync: table %s: column %q is not a plain identifier; projection columns take their value from the same-named key of content", t.Name, name)
-			}
-			ti.columns = append(ti.columns, name)
-		}
+		// Generated and hidden columns are SQLite's to fill.
+		c.hidden = hidden != 0
+		haveContent = haveContent || c.name == "content"
+		cols = append(cols, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	rows.Close()
 	switch {
-	case !haveID && !haveContent && npk == 0 && len(ti.columns) == 0:
-		return nil, fmt.Errorf("drivesync: table %s does not exist: create it before Open (id TEXT PRIMARY KEY, content JSONB)", t.Name)
+	case len(cols) == 0:
+		return nil, fmt.Errorf("drivesync: table %s does not exist: create it before Open (a table with a PRIMARY KEY, or id TEXT PRIMARY KEY with a JSON content column)", t.Name)
+	case haveContent:
+		return documentTable(t, cols)
+	default:
+		return ordinaryTable(ctx, q, t, cols)
+	}
+}
+
+// documentTable checks a table with a content column: id TEXT PRIMARY
+// KEY, content JSON, projection columns.
+func documentTable(t Table, cols []column) (*tableInfo, error) {
+	ti := &tableInfo{name: t.Name}
+	haveID := false
+	npk := 0
+	for _, c := range cols {
+		if c.pk > 0 {
+			npk++
+		}
+		utyp := strings.ToUpper(c.typ)
+		switch {
+		case c.name == "id":
+			if c.pk != 1 || !(strings.Contains(utyp, "TEXT") || strings.Contains(utyp, "CHAR") || strings.Contains(utyp, "CLOB")) {
+				return nil, fmt.Errorf("drivesync: table %s: column id must be the TEXT PRIMARY KEY (found type %q, pk=%d): records are keyed by ids shared across devices, such as UUIDs", t.Name, c.typ, c.pk)
+			}
+			haveID = true
+		case c.name == "content":
+			ti.jsonb = strings.Contains(utyp, "JSONB") || strings.Contains(utyp, "BLOB")
+		case c.hidden:
+		default:
+			if !identRE.MatchString(c.name) {
+				return nil, fmt.Errorf("drivesync: table %s: column %q is not a plain identifier; projection columns take their value from the same-named key of content", t.Name, c.name)
+			}
+			ti.columns = append(ti.columns, c.name)
+		}
+	}
+	switch {
 	case !haveID:
-		return nil, fmt.Errorf("drivesync: table %s has no column id: a synced table needs id TEXT PRIMARY KEY", t.Name)
+		return nil, fmt.Errorf("drivesync: table %s has a column content but no column id: a table with a content column is a document table (id TEXT PRIMARY KEY, content JSON); rename content to sync the table's columns as they are", t.Name)
 	case npk != 1:
-		return nil, fmt.Errorf("drivesync: table %s has a composite primary key: a synced table needs id TEXT PRIMARY KEY alone", t.Name)
-	case !haveContent:
-		return nil, fmt.Errorf("drivesync: table %s has no column content: a synced table stores each record as JSON in content", t.Name)
+		return nil, fmt.Errorf("drivesync: table %s has a composite primary key and a content column: a document table needs id TEXT PRIMARY KEY alone (rename content to sync the table's columns as they are)", t.Name)
 	}
 	ti.buildSQL()
+	return ti, nil
+}
+
+// ordinaryTable checks a table without a content column: it needs a
+// declared primary key whose values the devices share.
+func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tableInfo, error) {
+	ti := &tableInfo{name: t.Name, ordinary: true}
+	var keys []column
+	for _, c := range cols {
+		if c.hidden {
+			continue
+		}
+		if !identRE.MatchString(c.name) {
+			return nil, fmt.Errorf("drivesync: table %s: column %q is not a plain identifier (letters, digits, underscore): each column is a field of the synced record, named after it", t.Name, c.name)
+		}
+		if c.pk > 0 {
+			keys = append(keys, c)
+			continue
+		}
+		ti.fields = append(ti.fields, c.name)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("drivesync: table %s has no PRIMARY KEY: a synced table needs one whose values all devices share, such as a TEXT column of UUIDs or a composite key like (uuid, gen)", t.Name)
+	}
+	slices.SortFunc(keys, func(a, b column) int { return a.pk - b.pk })
+	for _, k := range keys {
+		switch utyp := strings.ToUpper(k.typ); {
+		case strings.Contains(utyp, "REAL") || strings.Contains(utyp, "FLOA") || strings.Contains(utyp, "DOUB"):
+			return nil, fmt.Errorf("drivesync: table %s: key column %s is %s: a key must be TEXT, INTEGER or BLOB, equal on every device", t.Name, k.name, k.typ)
+		}
+		ti.keys = append(ti.keys, k.name)
+	}
+	if len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !t.UniqueIntegerKey {
+		var withoutRowid bool
+		if err := q.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.Name).Scan(&withoutRowid); err != nil {
+			return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+		}
+		if !withoutRowid {
+			return nil, fmt.Errorf("drivesync: table %s: %s INTEGER PRIMARY KEY is SQLite's rowid, numbered 1, 2, 3… on each device, so two devices would create different records under one key: use a TEXT key of UUIDs, or a composite key such as (uuid, gen); if the app itself assigns integers unique across devices, set Table.UniqueIntegerKey", t.Name, keys[0].name)
+		}
+	}
+	ti.ordinarySQL()
+	if err := ti.readDefaults(ctx, q); err != nil {
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+	}
 	return ti, nil
 }
 

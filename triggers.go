@@ -16,7 +16,8 @@ import (
 
 const triggerPrefix = "sync_trg_"
 
-func triggerSQL(table string) map[string]string {
+func triggerSQL(t *tableInfo) map[string]string {
+	table := t.name
 	tbl, lit := quoteIdent(table), quoteString(table)
 	when := "WHEN (SELECT is_syncing FROM sync_control) = 0"
 	// Not INSERT OR IGNORE: inside a trigger, the conflict policy of the
@@ -27,6 +28,9 @@ func triggerSQL(table string) map[string]string {
 		return fmt.Sprintf("INSERT INTO sync_pending_changes (table_name, record_id) VALUES (%s, %s) ON CONFLICT DO NOTHING;", lit, id)
 	}
 	name := func(op string) string { return triggerPrefix + table + "_" + op }
+	if t.ordinary {
+		return ordinaryTriggers(t, when, mark, name)
+	}
 	// Content must be a JSON object (text or JSONB): refuse anything else
 	// when the app writes it, rather than find it at sync time and leave
 	// the record pending for ever. JSONB, which the engine recommends, is
@@ -42,6 +46,30 @@ func triggerSQL(table string) map[string]string {
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
 		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s %s AND OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, when, mark("OLD.id")),
+	}
+}
+
+// ordinaryTriggers are an ordinary table's: the record id is the row's
+// key (see keyExpr), and a key that has none is refused in the app's own
+// statement. The check runs after the row is stored, on the values as the
+// column's affinity made them.
+func ordinaryTriggers(t *tableInfo, when string, mark func(string) string, name func(string) string) map[string]string {
+	tbl := quoteIdent(t.name)
+	refuse := func(r string) string {
+		return fmt.Sprintf("SELECT RAISE(ABORT, %s) WHERE %s;", quoteString(t.keyRefusal()), t.badKey(r))
+	}
+	keys := make([]string, len(t.keys))
+	moved := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		keys[i] = quoteIdent(k)
+		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s", quoteIdent(k))
+	}
+	return map[string]string{
+		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s %s END", quoteIdent(name("insert")), tbl, when, refuse("NEW"), mark(t.keyExpr("NEW"))),
+		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s %s END", quoteIdent(name("update")), tbl, when, refuse("NEW"), mark(t.keyExpr("NEW"))),
+		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark(t.keyExpr("OLD"))),
+		// A changed key deletes the old record and creates a new one.
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s %s AND (%s) BEGIN %s END", quoteIdent(name("rekey")), strings.Join(keys, ", "), tbl, when, strings.Join(moved, " OR "), mark(t.keyExpr("OLD"))),
 	}
 }
 
@@ -68,7 +96,7 @@ func installTriggers(ctx context.Context, q querier, tables []*tableInfo) (fresh
 	}
 	want := map[string]bool{}
 	for _, t := range tables {
-		defs := triggerSQL(t.name)
+		defs := triggerSQL(t)
 		if _, ok := existing[triggerPrefix+t.name+"_insert"]; !ok {
 			fresh = append(fresh, t)
 		}

@@ -51,6 +51,7 @@ func Run(t *testing.T, d Driver) {
 		{"ErrorCodes", testErrorCodes},
 		{"Converge", testConverge},
 		{"ConcurrentFieldEdits", testConcurrentFieldEdits},
+		{"OrdinaryTable", testOrdinaryTable},
 		{"ConstraintRefusesRow", testConstraintRefusesRow},
 		{"BusyDatabaseIsRetried", testBusyDatabaseIsRetried},
 		{"WriteDuringSync", testWriteDuringSync},

@@ -1,0 +1,829 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/sqliteerr"
+)
+
+// The app's rows, of either table shape.
+//
+// A document table (id TEXT PRIMARY KEY, content JSON) stores a record
+// as its content object. An ordinary table (any declared primary key, no
+// content column) stores it as the row's columns; the engine sees the
+// same record through the same object: one member per non-key column,
+// named after it, so that the merge, the stamps, the files and the
+// snapshots are the same code for both shapes, and each column merges on
+// its own (last writer wins per column, as per member path for
+// documents).
+//
+// Column values are typed, and must come back bit for bit on every
+// device, so each has one JSON form:
+//
+//	TEXT     a string: "abc"
+//	INTEGER  a number without fraction or exponent: 42
+//	REAL     a number with one: 1.5, 100.0, 1e+300 (the shortest text
+//	         that reads back as the same float64)
+//	NULL     ["null"]
+//	BLOB     ["blob", "<base64>"]
+//	others   ["real", "inf"], ["real", "-inf"], and ["text", "<base64>"]
+//	         for TEXT that is not valid UTF-8
+//
+// Arrays are leaves of the merge, replaced whole, so a tagged value is
+// one value. NULL is a value: a column set to NULL holds ["null"], and a
+// column never written has no member (a row written from such a record
+// takes the column's default).
+//
+// The record id of an ordinary row is its key, each key column's value
+// as SQLite's quote() writes it, joined by commas: 'abc',3 or X'0A0B'.
+// The INTEGER 1 and the TEXT '1' are different keys. The capture triggers
+// compute it in SQL; the engine decodes it to bind the key's values as
+// parameters. A key column holding NULL or REAL, or TEXT with a NUL
+// character, has no such id: the triggers refuse the app's statement.
+//
+// Columns a device's table lacks (a newer app version added them) keep
+// their values in the record's synced state: a row is read and written
+// through its own columns only, and its edits are taken against the
+// state's values of those columns alone.
+
+// runner runs the engine's statements: the sync's prepared statements, or
+// a plain connection (direct) outside a sync.
+type runner interface {
+	exec(ctx context.Context, query string, args ...any) error
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+}
+
+type direct struct{ q querier }
+
+func (d direct) exec(ctx context.Context, query string, args ...any) error {
+	_, err := d.q.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (d direct) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return d.q.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+// rowError is a record that cannot be a row of its table at all (a key or
+// value another device wrote that this table's shape cannot hold). It is
+// reported as an unwritten row, as a row the table's constraints refuse,
+// and never fails a sync.
+type rowError struct{ msg string }
+
+func (e *rowError) Error() string { return e.msg }
+
+func rowErrorf(format string, args ...any) error { return &rowError{fmt.Sprintf(format, args...)} }
+
+// keyExpr is the SQL expression of the record id of row r (NEW, OLD or a
+// table alias).
+func (t *tableInfo) keyExpr(r string) string {
+	if !t.ordinary {
+		return r + ".id"
+	}
+	parts := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		parts[i] = fmt.Sprintf("quote(%s.%s)", r, quoteIdent(k))
+	}
+	return strings.Join(parts, " || ',' || ")
+}
+
+// badKey is the SQL condition that row r's key has no record id.
+func (t *tableInfo) badKey(r string) string {
+	conds := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		c := r + "." + quoteIdent(k)
+		conds[i] = fmt.Sprintf("typeof(%[1]s) NOT IN ('text', 'integer', 'blob') OR typeof(%[1]s) = 'text' AND instr(%[1]s, char(0)) > 0", c)
+	}
+	return "(" + strings.Join(conds, " OR ") + ")"
+}
+
+// keyRefusal is the message of the error the triggers raise for a key
+// that has no record id.
+func (t *tableInfo) keyRefusal() string {
+	return fmt.Sprintf("drivesync: table %s: key column %s must hold TEXT (without NUL characters), INTEGER or BLOB values, never NULL or REAL: devices find a record by its key", t.name, strings.Join(t.keys, ", "))
+}
+
+// decodeKey returns the values of record id's key columns, or a rowError.
+func (t *tableInfo) decodeKey(id string) ([]any, error) {
+	vals := make([]any, 0, len(t.keys))
+	rest := id
+	for i := range t.keys {
+		if i > 0 {
+			if !strings.HasPrefix(rest, ",") {
+				return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+			}
+			rest = rest[1:]
+		}
+		v, n, ok := quotedValue(rest)
+		if !ok {
+			return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+		}
+		vals = append(vals, v)
+		rest = rest[n:]
+	}
+	if rest != "" || encodeKey(vals) != id {
+		return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+	}
+	return vals, nil
+}
+
+// quotedValue reads one value as quote() writes it at the start of s: a
+// string, a blob or an integer, and the bytes it took.
+func quotedValue(s string) (any, int, bool) {
+	switch {
+	case strings.HasPrefix(s, "'"):
+		var b strings.Builder
+		for i := 1; i < len(s); i++ {
+			if s[i] != '\'' {
+				b.WriteByte(s[i])
+				continue
+			}
+			if i+1 < len(s) && s[i+1] == '\'' {
+				b.WriteByte('\'')
+				i++
+				continue
+			}
+			return b.String(), i + 1, true
+		}
+		return nil, 0, false
+	case strings.HasPrefix(s, "X'"):
+		end := strings.IndexByte(s[2:], '\'')
+		if end < 0 || end%2 != 0 {
+			return nil, 0, false
+		}
+		b := make([]byte, end/2)
+		for i := range b {
+			v, err := strconv.ParseUint(s[2+2*i:4+2*i], 16, 8)
+			if err != nil {
+				return nil, 0, false
+			}
+			b[i] = byte(v)
+		}
+		return b, end + 3, true
+	default:
+		end := 0
+		for end < len(s) && (s[end] == '-' && end == 0 || s[end] >= '0' && s[end] <= '9') {
+			end++
+		}
+		v, err := strconv.ParseInt(s[:end], 10, 64)
+		if err != nil {
+			return nil, 0, false
+		}
+		return v, end, true
+	}
+}
+
+// encodeKey is the record id of key values, as the triggers write it.
+func encodeKey(vals []any) string {
+	var b strings.Builder
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		switch v := v.(type) {
+		case string:
+			b.WriteString("'" + strings.ReplaceAll(v, "'", "''") + "'")
+		case []byte:
+			fmt.Fprintf(&b, "X'%X'", v)
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		}
+	}
+	return b.String()
+}
+
+// encodeValue returns the JSON form of a column value of SQLite type typ
+// ("integer", "real", "text", "blob" or "null") as a driver returned it.
+func encodeValue(typ string, v any) (jsonv.Value, error) {
+	leaf := func(s string) (jsonv.Value, error) { return jsonv.Value{Leaf: []byte(s)}, nil }
+	tagged := func(tag string, b []byte) (jsonv.Value, error) {
+		return leaf(`["` + tag + `","` + base64.StdEncoding.EncodeToString(b) + `"]`)
+	}
+	switch typ {
+	case "null":
+		return leaf(`["null"]`)
+	case "integer":
+		if i, ok := v.(int64); ok {
+			return leaf(strconv.FormatInt(i, 10))
+		}
+	case "real":
+		if f, ok := v.(float64); ok {
+			switch {
+			case math.IsInf(f, 1):
+				return leaf(`["real","inf"]`)
+			case math.IsInf(f, -1):
+				return leaf(`["real","-inf"]`)
+			case math.IsNaN(f): // SQLite stores no NaN; a driver would not return one
+				return leaf(`["null"]`)
+			}
+			s := strconv.FormatFloat(f, 'g', -1, 64)
+			if !strings.ContainsAny(s, ".e") {
+				s += ".0"
+			}
+			return leaf(s)
+		}
+	case "text":
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case []byte:
+			s = string(v)
+		default:
+			return jsonv.Value{}, fmt.Errorf("a TEXT value read as %T", v)
+		}
+		if !utf8.ValidString(s) {
+			return tagged("text", []byte(s))
+		}
+		return jsonv.Value{Leaf: jsonv.AppendString(nil, s)}, nil
+	case "blob":
+		switch v := v.(type) {
+		case []byte:
+			return tagged("blob", v)
+		case string:
+			return tagged("blob", []byte(v))
+		}
+	}
+	return jsonv.Value{}, fmt.Errorf("a %s value read as %T", strings.ToUpper(typ), v)
+}
+
+// decodeValue returns the value to bind for the JSON form v of a column
+// value: int64, float64, string, []byte or nil.
+func decodeValue(v jsonv.Value) (any, error) {
+	bad := func() (any, error) {
+		return nil, fmt.Errorf("%s is not a column value (a string, a number, [\"null\"] or a tagged [\"blob\",…])", truncate(string(jsonv.Encode(v)), 40))
+	}
+	if v.IsObject() || len(v.Leaf) == 0 {
+		return bad()
+	}
+	switch c := v.Leaf[0]; {
+	case c == '"':
+		s, ok := v.String()
+		if !ok {
+			return bad()
+		}
+		return s, nil
+	case c == '-' || c >= '0' && c <= '9':
+		text := string(v.Leaf)
+		if strings.ContainsAny(text, ".eE") {
+			f, err := strconv.ParseFloat(text, 64)
+			if err != nil || math.IsInf(f, 0) {
+				return bad()
+			}
+			return f, nil
+		}
+		i, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return bad()
+		}
+		return i, nil
+	case c == '[':
+		elems, err := jsonv.ParseArray(v.Leaf, jsonv.Options{})
+		if err != nil || len(elems) == 0 {
+			return bad()
+		}
+		tag, _ := elems[0].String()
+		var arg string
+		if len(elems) == 2 {
+			arg, _ = elems[1].String()
+		}
+		switch {
+		case tag == "null" && len(elems) == 1:
+			return nil, nil
+		case tag == "real" && len(elems) == 2 && arg == "inf":
+			return math.Inf(1), nil
+		case tag == "real" && len(elems) == 2 && arg == "-inf":
+			return math.Inf(-1), nil
+		case (tag == "blob" || tag == "text") && len(elems) == 2:
+			b, err := base64.StdEncoding.Strict().DecodeString(arg)
+			if err != nil {
+				return bad()
+			}
+			if tag == "text" {
+				return string(b), nil
+			}
+			return b, nil
+		}
+	}
+	return bad()
+}
+
+// readRow returns the record the app's row of record id holds, as
+// canonical JSON text (ok false: no row).
+func (t *tableInfo) readRow(ctx context.Context, r runner, id string) (text string, ok bool, err error) {
+	if !t.ordinary {
+		err = r.queryRow(ctx, t.readSQL, []any{id}, &text)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", false, nil
+		}
+		return text, err == nil, err
+	}
+	key, err := t.decodeKey(id)
+	if err != nil {
+		return "", false, nil // no row of this table can have it
+	}
+	vals := make([]any, 2*len(t.fields)+1)
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	err = r.queryRow(ctx, t.readSQL, key, dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	v, err := t.rowValue(vals[1:])
+	if err != nil {
+		return "", false, err
+	}
+	return string(jsonv.Encode(v)), true, nil
+}
+
+// rowValue is the record an ordinary row holds, from the pairs (typeof,
+// value) of its non-key columns that readSQL selects.
+func (t *tableInfo) rowValue(vals []any) (jsonv.Value, error) {
+	v := jsonv.Value{Members: make([]jsonv.Member, 0, len(t.fields))}
+	for i, col := range t.fields {
+		typ, _ := vals[2*i].(string)
+		if b, ok := vals[2*i].([]byte); ok {
+			typ = string(b)
+		}
+		cv, err := encodeValue(typ, vals[2*i+1])
+		if err != nil {
+			return jsonv.Value{}, fmt.Errorf("column %s: %w", col, err)
+		}
+		v.Members = append(v.Members, jsonv.Member{Key: col, Value: cv})
+	}
+	sortMembers(v.Members)
+	return v, nil
+}
+
+// writeRow makes the app's row of record id hold content (canonical JSON
+// text of an object): a document's content and projections, or an
+// ordinary row's columns that content has (a column it lacks keeps its
+// value, or takes its default in a new row).
+func (t *tableInfo) writeRow(ctx context.Context, r runner, id, content string) error {
+	if !t.ordinary {
+		return r.exec(ctx, t.upsertSQL, id, content)
+	}
+	key, err := t.decodeKey(id)
+	if err != nil {
+		return err
+	}
+	v, err := jsonv.ParseObject([]byte(content), jsonv.Options{})
+	if err != nil {
+		return rowErrorf("table %s, record %s: %v", t.name, id, err)
+	}
+	args := key
+	var cols []string
+	for _, m := range v.Members {
+		if !t.hasField(m.Key) {
+			continue // a column this table lacks: kept in the synced state
+		}
+		val, err := decodeValue(m.Value)
+		if err != nil {
+			return rowErrorf("table %s, record %s, column %s: %v", t.name, id, m.Key, err)
+		}
+		cols = append(cols, m.Key)
+		args = append(args, val)
+	}
+	return r.exec(ctx, t.upsertFor(cols), args...)
+}
+
+// updateRow writes content to a row known to exist.
+func (t *tableInfo) updateRow(ctx context.Context, r runner, id, content string) error {
+	if !t.ordinary {
+		return r.exec(ctx, t.updateSQL, id, content)
+	}
+	return t.writeRow(ctx, r, id, content)
+}
+
+// refusal reports whether a failed row write is the table refusing the
+// row (its constraints, or a record its shape cannot hold), which never
+// fails a sync: the row is reported in Report.Unwritten and tried again.
+func refusal(err error) bool {
+	var re *rowError
+	return sqliteerr.IsConstraint(err) || errors.As(err, &re)
+}
+
+// deleteRow deletes the app's row of record id, if any.
+func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
+	if !t.ordinary {
+		return r.exec(ctx, t.deleteSQL, id)
+	}
+	key, err := t.decodeKey(id)
+	if err != nil {
+		return nil // no row of this table can have it
+	}
+	return r.exec(ctx, t.deleteSQL, key...)
+}
+
+func (t *tableInfo) hasField(col string) bool {
+	_, ok := t.fieldIndex[col]
+	return ok
+}
+
+// asRecord returns the record an ordinary row stands for, given state,
+// the record it showed (nil: none): its columns, with two exceptions that
+// keep a table of another app version from undoing what it does not
+// know. The members of state that are not columns of this table (a newer
+// app version added them) are kept as they are: this device never edits
+// them. And a column state lacks that holds the column's constant default
+// is left out: the engine wrote the row from a record written where the
+// column did not exist, and the default is not the app's edit (sending it
+// would overwrite a value another device wrote meanwhile). Document
+// tables hold the whole record.
+func (t *tableInfo) asRecord(state *jsonv.Value, row jsonv.Value) jsonv.Value {
+	if !t.ordinary || state == nil {
+		return row
+	}
+	out := jsonv.Value{Members: make([]jsonv.Member, 0, len(row.Members))}
+	for _, m := range row.Members {
+		if _, ok := state.Get(m.Key); !ok {
+			if d, ok := t.defaults[m.Key]; ok && jsonv.Equal(d, m.Value) {
+				continue
+			}
+		}
+		out.Members = append(out.Members, m)
+	}
+	for _, m := range state.Members {
+		if !t.hasField(m.Key) {
+			out.Members = append(out.Members, m)
+		}
+	}
+	sortMembers(out.Members)
+	return out
+}
+
+// literalRE matches the default values asRecord knows: constants.
+var literalRE = regexp.MustCompile(`^(?i:[+-]?[0-9.]+(e[+-]?[0-9]+)?|'([^']|'')*'|x'[0-9a-f]*'|null|true|false)$`)
+
+// readDefaults learns the constant defaults of an ordinary table's columns
+// (a column without one defaults to NULL).
+func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
+	rows, err := q.QueryContext(ctx, `SELECT name, dflt_value FROM pragma_table_xinfo(?1) WHERE hidden = 0 AND pk = 0`, t.name)
+	if err != nil {
+		return err
+	}
+	dflts := map[string]sql.NullString{}
+	for rows.Next() {
+		var name string
+		var d sql.NullString
+		if err := rows.Scan(&name, &d); err != nil {
+			rows.Close()
+			return err
+		}
+		dflts[name] = d
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	t.defaults = map[string]jsonv.Value{}
+	for name, d := range dflts {
+		expr := "NULL"
+		if d.Valid {
+			expr = strings.TrimSpace(d.String)
+			for strings.HasPrefix(expr, "(") && strings.HasSuffix(expr, ")") {
+				expr = strings.TrimSpace(expr[1 : len(expr)-1])
+			}
+			if !literalRE.MatchString(expr) {
+				continue // not a constant: every row has its own
+			}
+		}
+		var typ string
+		var v any
+		if err := q.QueryRowContext(ctx, "SELECT "+typedValue(expr)).Scan(&typ, &v); err != nil {
+			return fmt.Errorf("column %s: default %s: %w", name, expr, err)
+		}
+		jv, err := encodeValue(typ, v)
+		if err != nil {
+			return fmt.Errorf("column %s: default %s: %w", name, expr, err)
+		}
+		t.defaults[name] = jv
+	}
+	return nil
+}
+
+// ordinarySQL builds the statements of an ordinary table.
+func (t *tableInfo) ordinarySQL() {
+	tbl := quoteIdent(t.name)
+	where := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		where[i] = fmt.Sprintf("%s = ?%d", quoteIdent(k), i+1)
+	}
+	t.readSQL = fmt.Sprintf("SELECT %s FROM %s c WHERE %s", t.selectFields("c"), tbl, strings.Join(where, " AND "))
+	t.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
+	t.fieldIndex = map[string]int{}
+	for i, f := range t.fields {
+		t.fieldIndex[f] = i
+	}
+	t.upserts = map[string]string{}
+}
+
+// selectFields selects, from the row named r, 1 and then the type and
+// value of each non-key column (see rowValue).
+func (t *tableInfo) selectFields(r string) string {
+	sel := []string{"1"}
+	for _, f := range t.fields {
+		sel = append(sel, typedValue(r+"."+quoteIdent(f)))
+	}
+	return strings.Join(sel, ", ")
+}
+
+// typedValue selects the type and value of SQL expression x, as drivers
+// return it unchanged: an expression, which has no declared type (some
+// drivers convert a column's values by its declared type, DATETIME or
+// BOOLEAN), and TEXT as the bytes of a BLOB (some drivers decode TEXT that
+// looks like a time whatever the type). rowValue takes the pair back.
+func typedValue(x string) string {
+	return fmt.Sprintf("typeof(%[1]s), CASE WHEN typeof(%[1]s) = 'text' THEN CAST(%[1]s AS BLOB) ELSE %[1]s END", x)
+}
+
+// upsertFor is the statement writing an ordinary row's key and columns
+// cols, in that order, as parameters.
+func (t *tableInfo) upsertFor(cols []string) string {
+	sig := strings.Join(cols, ",")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q, ok := t.upserts[sig]; ok {
+		return q
+	}
+	names := make([]string, 0, len(t.keys)+len(cols))
+	params := make([]string, 0, cap(names))
+	for _, c := range append(append([]string{}, t.keys...), cols...) {
+		names = append(names, quoteIdent(c))
+		params = append(params, "?"+strconv.Itoa(len(params)+1))
+	}
+	keys := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		keys[i] = quoteIdent(k)
+	}
+	action := "NOTHING"
+	if len(cols) > 0 {
+		sets := make([]string, len(cols))
+		for i, c := range cols {
+			sets[i] = fmt.Sprintf("%[1]s = excluded.%[1]s", quoteIdent(c))
+		}
+		action = "UPDATE SET " + strings.Join(sets, ", ")
+	}
+	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO %s", quoteIdent(t.name),
+		strings.Join(names, ", "), strings.Join(params, ", "), strings.Join(keys, ", "), action)
+	t.upserts[sig] = q
+	return q
+}
+
+// sortMembers puts an object's members in canonical (byte) order.
+func sortMembers(ms []jsonv.Member) {
+	slices.SortFunc(ms, func(a, b jsonv.Member) int { return strings.Compare(a.Key, b.Key) })
+}
+
+// adoptRows joins a newly registered ordinary table to the synced state,
+// as adoptTable does a document table: every row becomes pending, and
+// synced records it lacks are written into it (a row its constraints
+// refuse is left to the next sync, which reports it). A row whose key has
+// no record id (NULL or REAL, written before the table was synced) fails
+// the registration: it could never sync.
+func adoptRows(ctx context.Context, q querier, t *tableInfo) error {
+	tbl := quoteIdent(t.name)
+	var bad int
+	if err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s c WHERE %s`, tbl, t.badKey("c"))).Scan(&bad); err != nil {
+		return err
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d rows have a key that is NULL, REAL or TEXT with a NUL character in %s: give them TEXT or INTEGER keys before syncing the table (devices find a record by its key)", bad, strings.Join(t.keys, ", "))
+	}
+	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?1, %s FROM %s c`, t.keyExpr("c"), tbl), t.name); err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+		return err
+	}
+	err := eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
+		if deleted {
+			return nil
+		}
+		_, ok, err := t.readRow(ctx, direct{q}, id)
+		if err != nil || ok {
+			return err
+		}
+		switch err := t.writeRow(ctx, direct{q}, id, data); {
+		case refusal(err):
+			_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, t.name, id)
+			return err
+		default:
+			return err
+		}
+	})
+	if err != nil {
+		return err
+	}
+	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	return err
+}
+
+// markEditedRows marks pending the rows of an ordinary table registered
+// again that differ from what they showed (see reattachTable): a row
+// unlike its kept base, or, without one, unlike its synced state; and a
+// synced record whose row is gone though it showed one.
+func markEditedRows(ctx context.Context, q querier, t *tableInfo) error {
+	rows, err := q.QueryContext(ctx, fmt.Sprintf(`SELECT %[1]s, %[2]s,
+	u.record_id IS NOT NULL, u.base, s.record_id IS NOT NULL AND NOT s.is_deleted, s.record_data
+FROM %[3]s c
+LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = %[1]s
+LEFT JOIN sync_states s ON s.table_name = ?1 AND s.record_id = %[1]s`, t.keyExpr("c"), t.selectFields("c"), quoteIdent(t.name)), t.name)
+	if err != nil {
+		return err
+	}
+	var edited []string
+	for rows.Next() {
+		vals := make([]any, 2*len(t.fields)+1)
+		var id string
+		var kept, shown bool
+		var base, state sql.NullString
+		dest := []any{&id}
+		for i := range vals {
+			dest = append(dest, &vals[i])
+		}
+		dest = append(dest, &kept, &base, &shown, &state)
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return err
+		}
+		v, err := t.rowValue(vals[1:])
+		if err != nil {
+			edited = append(edited, id) // the next sync reports it
+			continue
+		}
+		showed := base
+		if !kept {
+			showed = sql.NullString{String: state.String, Valid: shown}
+		}
+		if !showed.Valid {
+			edited = append(edited, id)
+			continue
+		}
+		was, err := jsonv.ParseObject([]byte(showed.String), jsonv.Options{})
+		if err != nil || !jsonv.Equal(t.asRecord(&was, v), was) {
+			edited = append(edited, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	err = eachState(ctx, q, t.name, func(id, _ string, deleted bool) error {
+		var kept bool
+		var base sql.NullString
+		err := q.QueryRowContext(ctx, `SELECT 1, base FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2`, t.name, id).Scan(&kept, &base)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if kept && !base.Valid || !kept && deleted {
+			return nil // it showed no row
+		}
+		_, ok, err := t.readRow(ctx, direct{q}, id)
+		if err == nil && !ok {
+			edited = append(edited, id)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range edited {
+		if _, err := q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) VALUES (?1, ?2)`, t.name, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachState calls fn with every synced record of table, a page at a time
+// so that fn may run statements of its own on q.
+func eachState(ctx context.Context, q querier, table string, fn func(id, data string, deleted bool) error) error {
+	after := ""
+	for {
+		rows, err := q.QueryContext(ctx, `SELECT record_id, record_data, is_deleted FROM sync_states
+WHERE table_name = ?1 AND record_id > ?2 ORDER BY record_id LIMIT 500`, table, after)
+		if err != nil {
+			return err
+		}
+		type state struct {
+			id, data string
+			deleted  bool
+		}
+		var page []state
+		for rows.Next() {
+			var st state
+			if err := rows.Scan(&st.id, &st.data, &st.deleted); err != nil {
+				rows.Close()
+				return err
+			}
+			page = append(page, st)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, st := range page {
+			if err := fn(st.id, st.data, st.deleted); err != nil {
+				return err
+			}
+		}
+		if len(page) < 500 {
+			return nil
+		}
+		after = page[len(page)-1].id
+	}
+}
+
+// writeNewColumns gives the rows of an ordinary table the synced values of
+// columns added to it since the last Open (an app upgrade that added a
+// column other devices already write): each row that the app has not
+// changed since (not pending) and that shows its synced record (not one
+// the table refused) takes the values its record holds. It then records
+// the table's columns.
+func writeNewColumns(ctx context.Context, q querier, t *tableInfo) error {
+	key := "columns/" + t.name
+	before, err := getMeta(ctx, q, key)
+	if err != nil {
+		return err
+	}
+	now := strings.Join(t.fields, ",")
+	if before == now {
+		return nil
+	}
+	had := map[string]bool{}
+	for _, f := range strings.Split(before, ",") {
+		had[f] = true
+	}
+	var added []string
+	for _, f := range t.fields {
+		if !had[f] {
+			added = append(added, f)
+		}
+	}
+	if before != "" && len(added) > 0 {
+		if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+			return err
+		}
+		err := eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
+			if deleted {
+				return nil
+			}
+			var busy bool
+			if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2)
+	OR EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&busy); err != nil || busy {
+				return err
+			}
+			v, err := jsonv.ParseObject([]byte(data), jsonv.Options{})
+			if err != nil {
+				return nil // reported when the record is next written
+			}
+			var set jsonv.Value
+			for _, f := range added {
+				if m, ok := v.Get(f); ok {
+					set.Members = append(set.Members, jsonv.Member{Key: f, Value: m})
+				}
+			}
+			if len(set.Members) == 0 {
+				return nil
+			}
+			shown, ok, err := t.readRow(ctx, direct{q}, id)
+			if err != nil || !ok {
+				return err
+			}
+			sortMembers(set.Members)
+			switch err := t.writeRow(ctx, direct{q}, id, string(jsonv.Encode(set))); {
+			case refusal(err):
+				// The table refuses the record's values: the row keeps
+				// what it shows, and the next sync reports and retries it.
+				_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, t.name, id, shown)
+				return err
+			default:
+				return err
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`); err != nil {
+			return err
+		}
+	}
+	return setMeta(ctx, q, key, now)
+}
