@@ -163,6 +163,7 @@ type world struct {
 	retention time.Duration // every device's Config.Retention
 	limits    Limits        // every device's Config.Limits: the store's
 	strict    bool          // notes is strictNotesSchema
+	ordinary  bool          // notes is an ordinary table (see notesSchema)
 	// checked: dev-0's strict table also CHECKs b, refusing some values
 	// the other devices write (an app version with a stricter rule):
 	// its rows stay as they were, reported unwritten, until dev-0 writes
@@ -447,6 +448,9 @@ func (d *hdevice) observe(rt *rapid.T) {
 		}
 	}
 	// The creates' own keys (see modelCreate).
+	if d.remote.w.ordinary {
+		return
+	}
 	rows, err := d.db.Query(`SELECT j.value FROM notes, json_each(json(notes.content), '$.k') AS j`)
 	if err != nil {
 		rt.Fatal(err)
@@ -476,14 +480,7 @@ func (d *hdevice) openDB(rt *rapid.T) {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	notes := notesSchema
-	switch {
-	case d.remote.w.checked && d.name == "dev-0":
-		notes = checkedStrictNotesSchema
-	case d.remote.w.strict:
-		notes = strictNotesSchema
-	}
-	for _, schema := range []string{notes, miscSchema} {
+	for _, schema := range []string{d.remote.w.notesSchema(d.name), miscSchema} {
 		if _, err := db.Exec(schema); err != nil {
 			rt.Fatal(err)
 		}
@@ -761,7 +758,11 @@ func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
 	}
 	dev := "hostile-" + label
 	name := patchFileName(now, dev)
-	body := fmt.Sprintf(`{"format":1,"device":%q,"changes":[{"table_name":"notes","record_id":"h%s","patch":{"a":"hostile","b":"hostile"},"is_deleted":false,"sync_version":%d}]}`, dev, label, v)
+	record := "h" + label
+	if w.ordinary {
+		record = encodeKey([]any{record, int64(0)})
+	}
+	body := fmt.Sprintf(`{"format":1,"device":%q,"changes":[{"table_name":"notes","record_id":%q,"patch":{"a":"hostile","b":"hostile"},"is_deleted":false,"sync_version":%d}]}`, dev, record, v)
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	zw.Write([]byte(body))
@@ -891,7 +892,7 @@ func (m *model) deleteUnsent(rt *rapid.T, d *hdevice, id string) bool {
 			continue
 		}
 		var unsent bool
-		if err := o.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = 'notes' AND record_id = ?) OR EXISTS (SELECT 1 FROM sync_outbox)`, id).Scan(&unsent); err != nil {
+		if err := o.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = 'notes' AND record_id = ?) OR EXISTS (SELECT 1 FROM sync_outbox)`, o.remote.w.recordID(id)).Scan(&unsent); err != nil {
 			rt.Fatal(err)
 		}
 		if unsent || o.detached {
@@ -987,25 +988,6 @@ func (m *model) lastEvent(id string) (last struct {
 var harnessRecords = []string{"r0", "r1", "r2", "r3"}
 var harnessPaths = []string{"a", "b", "n.x", "n.y", "deleted_at"}
 
-// local reads a device's value of every path of a record ("" if absent).
-func (d *hdevice) local(rt *rapid.T, id string) (map[string]string, bool) {
-	var content string
-	err := d.db.QueryRow(`SELECT json(content) FROM notes WHERE id = ?`, id).Scan(&content)
-	out := map[string]string{}
-	if errors.Is(err, sql.ErrNoRows) {
-		return out, false
-	}
-	if err != nil {
-		rt.Fatal(err)
-	}
-	for _, p := range harnessPaths {
-		var v sql.NullString
-		d.db.QueryRow(`SELECT json_extract(?, ?)`, content, "$."+p).Scan(&v)
-		out[p] = v.String
-	}
-	return out, true
-}
-
 // write performs one random app write on d and records it in m.
 func (m *model) write(rt *rapid.T, d *hdevice, label string) {
 	m.writeOp(rt, d, label, rapid.SampledFrom(harnessRecords).Draw(rt, label+"record"), -1)
@@ -1031,9 +1013,7 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 		m.batch(rt, d, id, val, op%2 == 0)
 		return ""
 	case op == 0 && exists: // physical delete
-		if _, err := d.db.Exec(`DELETE FROM notes WHERE id = ?`, id); err != nil {
-			rt.Fatal(err)
-		}
+		d.remove(rt, id)
 		written[""] = ""
 		// The device's own writes to the record that it had not sent yet
 		// go with its row: if another device's edit brings the record
@@ -1044,15 +1024,14 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 			}
 		}
 	case op <= 2 || !exists: // create or replace whole
-		content = fmt.Sprintf(`{"a":%q,"b":%q,"k":{%q:%q},"n":{"x":%q}}`, val+"a", val+"b", val, val+"k", val+"x")
-		d.putNote(rt, id, content)
-		if !exists && m.receivedLastDelete(d, id) && !m.deleteUnsent(rt, d, id) {
+		content = d.create(rt, id, val)
+		if !exists && !d.remote.w.ordinary && m.receivedLastDelete(d, id) && !m.deleteUnsent(rt, d, id) {
 			m.creates[id] = append(m.creates[id], &modelCreate{device: d.name, key: val, value: val + "k"})
 		}
 		written = map[string]string{"a": val + "a", "b": val + "b", "n.x": val + "x", "n.y": "", "deleted_at": ""}
 	default: // one field
 		p := rapid.SampledFrom(harnessPaths).Draw(rt, label+"path")
-		d.setNotePath(rt, id, "$."+p, val)
+		d.setPath(rt, id, p, val)
 		written[p] = val
 		if m.lastEvent(id).device != d.name && m.lastEvent(id).deleted {
 			count("write: an edit of a record another device deleted")
@@ -1060,7 +1039,7 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 	}
 	rt.Logf("%s: write %s %v (had %v, exists %v)", d.name, id, written, cur, exists)
 	m.noteEvent(d, id, op == 0 && exists)
-	if content != "" {
+	if content != "" && !d.remote.w.ordinary {
 		d.seen[val+"k"] = true
 	}
 	if m.hist[id] == nil {
@@ -1145,6 +1124,9 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		count("schedules with a small record limit")
 		rt.Logf("store record limit %d", w.limits.MaxRecordSize)
 	}
+	if w.ordinary = rapid.IntRange(0, 2).Draw(rt, "ordinary") == 0; w.ordinary {
+		count("schedules with an ordinary table (composite key, BLOBs, NULLs)")
+	}
 	if w.strict = rapid.IntRange(0, 2).Draw(rt, "strict") == 0; w.strict {
 		count("schedules with a strict table, NOT NULL projections")
 		if w.checked = rapid.Bool().Draw(rt, "checked"); w.checked {
@@ -1215,7 +1197,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	for range rapid.IntRange(2, 5).Draw(rt, "devices") {
 		addDevice().open(rt)
 	}
-	m := &model{hist: map[string]map[string][]modelWrite{}, creates: map[string][]*modelCreate{}, devs: &devs, batches: smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0}
+	m := &model{hist: map[string]map[string][]modelWrite{}, creates: map[string][]*modelCreate{}, devs: &devs, batches: !w.ordinary && (smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0)}
 	// Interleaved syncs run without crashes or app writes: the devices'
 	// state during them is the schedule's, which a crash would undo.
 	nested := false
@@ -1288,7 +1270,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 				count("write during sync: a record deleted and created again")
 				var synced bool
 				d.db.QueryRow(`SELECT NOT s.is_deleted AND coalesce((SELECT u.base IS NOT NULL FROM sync_unwritten u WHERE u.table_name = s.table_name AND u.record_id = s.record_id), 1)
-FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, id).Scan(&synced)
+FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID(id)).Scan(&synced)
 				synced = synced && p != "fetched"
 				m.writeOp(rt, d, label+"d", id, 0)
 				var created string
@@ -1296,10 +1278,9 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, id).Scan(&
 				// Whatever the sync did, the app's row is what it wrote
 				// (none if the sync failed before the write): no field of
 				// the deleted record returns.
-				var row string
-				err := d.db.QueryRow(`SELECT json(content) FROM notes WHERE id = ?`, id).Scan(&row)
-				if synced && (created == "" && !errors.Is(err, sql.ErrNoRows) || created != "" && (err != nil || row != created)) {
-					rt.Fatalf("%s: %s created again during a sync as %q, holds %q (%v)", d.name, id, created, row, err)
+				row, exists := d.row(rt, id)
+				if synced && (created == "" && exists || created != "" && row != created) {
+					rt.Fatalf("%s: %s created again during a sync as %q, holds %q (row: %v)", d.name, id, created, row, exists)
 				}
 				break
 			}
@@ -1362,7 +1343,7 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, id).Scan(&
 				// meanwhile.
 				id := rapid.SampledFrom(harnessRecords).Draw(rt, "createDeleteRecord")
 				var held bool
-				d.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM sync_states WHERE table_name = 'notes' AND record_id = ?)`, id).Scan(&held)
+				d.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM sync_states WHERE table_name = 'notes' AND record_id = ?)`, w.recordID(id)).Scan(&held)
 				if _, exists := d.local(rt, id); !held && !exists {
 					m.writeOp(rt, d, label+"c", id, 1)
 					m.writeOp(rt, d, label+"d", id, 0)
@@ -1588,7 +1569,8 @@ func fixRefused(rt *rapid.T, m *model, devs []*hdevice) bool {
 		ids = append(ids, id)
 	}
 	rows.Close()
-	for _, id := range ids {
+	for _, record := range ids {
+		id := d.remote.w.harnessID(record)
 		count("quiesce: a row dev-0's CHECK refused, written again by dev-0")
 		m.writeOp(rt, d, "fix"+id, id, 1) // the whole row, with dev-0's values
 	}
@@ -1637,10 +1619,8 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 }
 
 func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
-	notesDump := `SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`
-	if devs[0].remote.w.strict {
-		notesDump = `SELECT id, hex(content), quote(a), quote(b), quote(title), quote(display_order) FROM notes ORDER BY id`
-	}
+	w := devs[0].remote.w
+	notesDump := w.notesDump()
 	dump := func(d *hdevice) string {
 		var b strings.Builder
 		for _, q := range []string{
@@ -1673,9 +1653,9 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		d.db.QueryRow(`SELECT count(*) FROM sync_states WHERE table_name = 'notes' AND NOT is_deleted
 	AND (json_extract(record_data, '$.a') IS NULL OR json_extract(record_data, '$.b') IS NULL)`).Scan(&partial)
 		d.db.QueryRow(`SELECT count(*) FROM sync_states s WHERE table_name = 'notes' AND NOT is_deleted
-	AND NOT EXISTS (SELECT 1 FROM notes WHERE id = s.record_id)`).Scan(&unwritten)
+	AND NOT EXISTS (SELECT 1 FROM notes c WHERE `+w.keyOf("c")+` = s.record_id)`).Scan(&unwritten)
 		d.db.QueryRow(`SELECT count(*) FROM notes c WHERE NOT EXISTS (SELECT 1 FROM sync_states s
-	WHERE s.table_name = 'notes' AND s.record_id = c.id AND NOT s.is_deleted)`).Scan(&stray)
+	WHERE s.table_name = 'notes' AND s.record_id = `+w.keyOf("c")+` AND NOT s.is_deleted)`).Scan(&stray)
 		if partial+unwritten+stray > 0 {
 			rt.Fatalf("%s: %d records shown in part, %d synced records missing from the table, %d rows not synced", d.name, partial, unwritten, stray)
 		}
