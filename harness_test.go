@@ -1653,9 +1653,9 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		d.db.QueryRow(`SELECT count(*) FROM sync_states WHERE table_name = 'notes' AND NOT is_deleted
 	AND (json_extract(record_data, '$.a') IS NULL OR json_extract(record_data, '$.b') IS NULL)`).Scan(&partial)
 		d.db.QueryRow(`SELECT count(*) FROM sync_states s WHERE table_name = 'notes' AND NOT is_deleted
-	AND NOT EXISTS (SELECT 1 FROM notes c WHERE `+w.keyOf("c")+` = s.record_id)`).Scan(&unwritten)
+	AND NOT EXISTS (SELECT 1 FROM notes c WHERE ` + w.keyOf("c") + ` = s.record_id)`).Scan(&unwritten)
 		d.db.QueryRow(`SELECT count(*) FROM notes c WHERE NOT EXISTS (SELECT 1 FROM sync_states s
-	WHERE s.table_name = 'notes' AND s.record_id = `+w.keyOf("c")+` AND NOT s.is_deleted)`).Scan(&stray)
+	WHERE s.table_name = 'notes' AND s.record_id = ` + w.keyOf("c") + ` AND NOT s.is_deleted)`).Scan(&stray)
 		if partial+unwritten+stray > 0 {
 			rt.Fatalf("%s: %d records shown in part, %d synced records missing from the table, %d rows not synced", d.name, partial, unwritten, stray)
 		}
