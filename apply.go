@@ -31,6 +31,9 @@ type applier struct {
 	// another device's delete arrived, with the hidden fields their rows
 	// were rebased on (see rebasePending).
 	revived map[recordKey]string
+	// inserted are the rows of append-only tables this commit inserted
+	// (see inserter).
+	inserted map[recordKey]bool
 }
 
 type recordKey struct{ table, record string }
@@ -44,7 +47,7 @@ func (s *syncRun) commit(ctx context.Context, l *listing, f *fetched, p *plan) e
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "apply", Err: err}
 	}
-	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{}}
+	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{}, inserted: map[recordKey]bool{}}
 	err := a.apply(ctx)
 	if err == nil {
 		err = s.hook("applied")
@@ -220,10 +223,20 @@ func (s *applier) clearPending(ctx context.Context) error {
 // applyReceived merges one change (or state record) from another file.
 func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 	st, before, err := s.mergeIntoState(ctx, c, c.device)
-	if err != nil || !st.changed {
+	if err != nil {
 		return err
 	}
 	t := s.e.tables[c.table]
+	if t != nil && t.appendOnly {
+		// Whether or not its stamp wins, a payload unlike the row held
+		// is a conflict (see keepImmutable).
+		if err := s.rowResult(t, c.record, t.receivedImmutable(ctx, s, c)); err != nil {
+			return err
+		}
+	}
+	if !st.changed {
+		return nil
+	}
 	if t == nil {
 		s.report.Unregistered++
 		if s.e.detached[c.table] {
@@ -305,7 +318,7 @@ func (s *applier) rebasePending(ctx context.Context) error {
 			continue
 		}
 		base := s.pending[k].base
-		mine = t.asRecord(base, mine)
+		mine, _ = t.rowRecord(base, mine)
 		edits := mine
 		if base != nil {
 			edits = diff(*base, mine)
@@ -457,7 +470,11 @@ func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *no
 	}
 	v, err := jsonv.ParseObject([]byte(text), jsonv.Options{})
 	state := n.value()
-	return err == nil && jsonv.Equal(t.asRecord(&state, v), state), nil
+	if err != nil {
+		return false, nil
+	}
+	rec, lower := t.rowRecord(&state, v)
+	return len(lower) == 0 && jsonv.Equal(rec, state), nil
 }
 
 // writeRow makes the app's row show state n, with is_syncing set so the

@@ -78,6 +78,14 @@ type Table struct {
 	// records under one key. Set it only if the app assigns integer keys
 	// unique across devices itself.
 	UniqueIntegerKey bool
+	// AppendOnly makes an ordinary table's rows immutable once written:
+	// the capture trigger refuses the app's UPDATE and DELETE of a row,
+	// a received row equal to the one held is nothing new, and one that
+	// differs is not written but reported (ErrImmutableConflict).
+	AppendOnly bool
+	// Merge sets the merge rule of some columns of an ordinary table;
+	// the others merge by MergeLastWriter.
+	Merge map[string]MergeRule
 }
 
 // Progress reports how far a sync has come.
@@ -114,6 +122,10 @@ type Report struct {
 	// Skipped lists local records that could not be sent, such as a
 	// content that is not a JSON object. They stay pending.
 	Skipped []RecordError
+	// Overruled lists local writes that a column's merge rule did not
+	// take (a MergeMax column written below its value): the row shows
+	// the rule's value again.
+	Overruled []RecordError
 	// Snapshot names the snapshot this sync wrote (the first sync of a
 	// month, or Engine.Snapshot), and Deleted counts the old files
 	// compaction removed from the remote.

@@ -37,6 +37,14 @@ var (
 	// JoinRemote merges with the store the remote holds; or point the app
 	// back at the right remote.
 	ErrRemoteChanged = errors.New("the remote is not the store this database syncs with")
+	// ErrImmutableConflict marks a record of an append-only table
+	// (Table.AppendOnly) whose row on this device holds another payload
+	// than one another device wrote under the same key. Nothing is
+	// overwritten: each device keeps its row, and every Sync reports the
+	// record in Report.Unwritten until the app deletes its row of that
+	// key, which the trigger allows for such a record only; the row then
+	// takes the synced payload, the same on every device.
+	ErrImmutableConflict = errors.New("append-only row differs from the one another device wrote under the same key")
 )
 
 // Error describes a failure of one step of a sync.

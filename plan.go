@@ -379,6 +379,10 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 		c.flags = planNoop | planRowCanonical
 	case !rowExists && (old == nil || syncedDeleted):
 		c.flags = planNoop | planRowCanonical // created and deleted between syncs, or still deleted
+	case !rowExists && t.appendOnly:
+		// The app deleted its row of a record in conflict: the record
+		// is not deleted, and the row takes the synced payload.
+		c.flags = planNoop
 	case !rowExists && p.refused && !p.base.Valid:
 		// No row, and none shown before either (a record created and
 		// deleted while its table was unregistered, or refused): no
@@ -394,8 +398,13 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			return c, true
 		}
 		c.base = []byte(content.String)
-		if !p.refused && !syncedDeleted {
-			cur = t.asRecord(old, cur)
+		var overruled []string
+		if !p.refused {
+			shown := old
+			if syncedDeleted {
+				shown = nil // a new record
+			}
+			cur, overruled = t.rowRecord(shown, cur)
 		}
 		if p.refused {
 			// The row still shows what it showed before a write the
@@ -412,16 +421,24 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 				break
 			}
 			if p.base.Valid || !syncedDeleted {
-				cur = layEdits(old, edits)
+				cur, overruled = t.rowRecord(old, layEdits(old, edits))
 				rowCanonical = false // the row is rewritten with the result
+			} else {
+				cur, overruled = t.rowRecord(nil, cur)
 			}
 			// Else the row showed no row, and the record is deleted: a
 			// row written over it is a new record, whatever the engine
 			// failed to write before.
 		}
 		enc := jsonv.Encode(cur)
-		if rowCanonical && (string(enc) == content.String || t.ordinary && !p.refused) {
+		if rowCanonical && len(overruled) == 0 && (string(enc) == content.String || t.ordinary && !p.refused) {
 			c.flags |= planRowCanonical
+		}
+		for _, col := range overruled {
+			// The row is written with the rule's value by this sync.
+			err := fmt.Errorf("column %s was written below its value, and %v keeps the largest: the row shows it again", col, t.rules[col])
+			s.e.log.Info("drivesync: a local write overruled by a merge rule", "table", t.name, "record", id, "column", col)
+			s.report.Overruled = append(s.report.Overruled, RecordError{Table: t.name, Record: id, Err: &Error{Op: "merge", Table: t.name, Record: id, Err: err}})
 		}
 		switch {
 		case old == nil && reset.version > 0:
@@ -432,6 +449,14 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			c.reset = reset
 		case old == nil:
 			c.patch = enc
+		case t.appendOnly && old != nil && !syncedDeleted:
+			// A row of an append-only table is never sent as an edit:
+			// one unlike its record is a conflict (see keepImmutable),
+			// reported when the commit writes the record.
+			c.flags |= planNoop
+			if jsonv.Equal(cur, *old) {
+				c.flags |= planRowCanonical
+			}
 		case syncedDeleted && p.refused && p.base.Valid:
 			// Edits of a row that did not show the delete: they bring
 			// the record back whole, with them on top.

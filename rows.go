@@ -76,14 +76,19 @@ func (d direct) queryRow(ctx context.Context, query string, args []any, dest ...
 }
 
 // rowError is a record that cannot be a row of its table at all (a key or
-// value another device wrote that this table's shape cannot hold). It is
-// reported as an unwritten row, as a row the table's constraints refuse,
-// and never fails a sync.
-type rowError struct{ msg string }
+// value another device wrote that this table's shape cannot hold), or an
+// append-only row in conflict (err: ErrImmutableConflict). It is reported
+// as an unwritten row, as a row the table's constraints refuse, and never
+// fails a sync.
+type rowError struct {
+	msg string
+	err error
+}
 
 func (e *rowError) Error() string { return e.msg }
+func (e *rowError) Unwrap() error { return e.err }
 
-func rowErrorf(format string, args ...any) error { return &rowError{fmt.Sprintf(format, args...)} }
+func rowErrorf(format string, args ...any) error { return &rowError{msg: fmt.Sprintf(format, args...)} }
 
 // keyExpr is the SQL expression of the record id of row r (NEW, OLD or a
 // table alias).
@@ -387,13 +392,22 @@ func (t *tableInfo) writeRow(ctx context.Context, r runner, id, content string) 
 	if err != nil {
 		return rowErrorf("table %s, record %s: %v", t.name, id, err)
 	}
+	if t.appendOnly {
+		if written, err := t.keepImmutable(ctx, r, id, v); written || err != nil {
+			return err
+		}
+	}
 	args := key
 	var cols []string
 	for _, m := range v.Members {
 		if !t.hasField(m.Key) {
 			continue // a column this table lacks: kept in the synced state
 		}
-		val, err := decodeValue(m.Value)
+		leaf, ok := t.ruleValue(m.Key, m.Value)
+		if !ok {
+			return rowErrorf("table %s, record %s, column %s: %s is no value this table's merge rule for the column reads (MergeRule %v)", t.name, id, m.Key, truncate(string(jsonv.Encode(m.Value)), 40), t.rules[m.Key])
+		}
+		val, err := decodeValue(leaf)
 		if err != nil {
 			return rowErrorf("table %s, record %s, column %s: %v", t.name, id, m.Key, err)
 		}
@@ -428,6 +442,9 @@ func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
 	if err != nil {
 		return nil // no row of this table can have it
 	}
+	if t.appendOnly {
+		return t.keepImmutableFromDelete(ctx, r, id)
+	}
 	return r.exec(ctx, t.deleteSQL, key...)
 }
 
@@ -436,7 +453,7 @@ func (t *tableInfo) hasField(col string) bool {
 	return ok
 }
 
-// asRecord returns the record an ordinary row stands for, given state,
+// rowRecord returns the record an ordinary row stands for, given state,
 // the record it showed (nil: none): its columns, with two exceptions that
 // keep a table of another app version from undoing what it does not
 // know. The members of state that are not columns of this table (a newer
@@ -444,31 +461,45 @@ func (t *tableInfo) hasField(col string) bool {
 // them. And a column state lacks that holds the column's constant default
 // is left out: the engine wrote the row from a record written where the
 // column did not exist, and the default is not the app's edit (sending it
-// would overwrite a value another device wrote meanwhile). Document
-// tables hold the whole record.
-func (t *tableInfo) asRecord(state *jsonv.Value, row jsonv.Value) jsonv.Value {
-	if !t.ordinary || state == nil {
-		return row
+// would overwrite a value another device wrote meanwhile). A column with
+// a merge rule holds what the rule makes of the row's value (see
+// ruleMember); overruled names the columns whose value the rule did not
+// take. Document tables hold the whole record.
+func (t *tableInfo) rowRecord(state *jsonv.Value, row jsonv.Value) (rec jsonv.Value, overruled []string) {
+	if !t.ordinary || state == nil && t.rules == nil {
+		return row, nil
 	}
 	out := jsonv.Value{Members: make([]jsonv.Member, 0, len(row.Members))}
 	for _, m := range row.Members {
-		if _, ok := state.Get(m.Key); !ok {
-			if d, ok := t.defaults[m.Key]; ok && jsonv.Equal(d, m.Value) {
-				continue
+		var have *jsonv.Value
+		if state != nil {
+			h, ok := state.Get(m.Key)
+			if !ok {
+				if d, ok := t.defaults[m.Key]; ok && jsonv.Equal(d, m.Value) {
+					continue
+				}
+			} else {
+				have = &h
 			}
 		}
-		out.Members = append(out.Members, m)
+		v, lower := t.ruleMember(m.Key, m.Value, have)
+		if lower {
+			overruled = append(overruled, m.Key)
+		}
+		out.Members = append(out.Members, jsonv.Member{Key: m.Key, Value: v})
 	}
-	for _, m := range state.Members {
-		if !t.hasField(m.Key) {
-			out.Members = append(out.Members, m)
+	if state != nil {
+		for _, m := range state.Members {
+			if !t.hasField(m.Key) {
+				out.Members = append(out.Members, m)
+			}
 		}
 	}
 	sortMembers(out.Members)
-	return out
+	return out, overruled
 }
 
-// literalRE matches the default values asRecord knows: constants.
+// literalRE matches the default values rowRecord knows: constants.
 var literalRE = regexp.MustCompile(`^(?i:[+-]?[0-9.]+(e[+-]?[0-9]+)?|'([^']|'')*'|x'[0-9a-f]*'|null|true|false)$`)
 
 // readDefaults learns the constant defaults of an ordinary table's columns
@@ -677,7 +708,11 @@ LEFT JOIN sync_states s ON s.table_name = ?1 AND s.record_id = %[1]s`, t.keyExpr
 			continue
 		}
 		was, err := jsonv.ParseObject([]byte(showed.String), jsonv.Options{})
-		if err != nil || !jsonv.Equal(t.asRecord(&was, v), was) {
+		if err != nil {
+			edited = append(edited, id)
+			continue
+		}
+		if rec, lower := t.rowRecord(&was, v); len(lower) > 0 || !jsonv.Equal(rec, was) {
 			edited = append(edited, id)
 		}
 	}

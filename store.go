@@ -80,6 +80,13 @@ CREATE TABLE IF NOT EXISTS sync_uploaded (
 CREATE TABLE IF NOT EXISTS sync_tables (
 	name TEXT PRIMARY KEY -- every table this database has synced
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_immutable (
+	table_name TEXT NOT NULL,
+	record_id TEXT NOT NULL,
+	mine TEXT NOT NULL, -- digests of this device's row and of the other payload
+	theirs TEXT NOT NULL,
+	PRIMARY KEY (table_name, record_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_unwritten (
 	table_name TEXT NOT NULL,
 	record_id TEXT NOT NULL,
@@ -141,6 +148,7 @@ var migrations = []struct {
 var reservedTables = map[string]bool{
 	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
 	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true, "sync_uploaded": true,
+	"sync_immutable": true,
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -177,7 +185,9 @@ type tableInfo struct {
 	keys       []string               // an ordinary table's key columns, in key order
 	fields     []string               // its other columns, each a member of the record
 	fieldIndex map[string]int         // fields by name
-	defaults   map[string]jsonv.Value // the constant defaults of fields (see asRecord)
+	defaults   map[string]jsonv.Value // the constant defaults of fields (see rowRecord)
+	rules      map[string]MergeRule   // the fields' merge rules, if not the last writer
+	appendOnly bool                   // rows are immutable once written
 
 	upsertSQL string // ?1 id, ?2 canonical content
 	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
@@ -241,6 +251,9 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 // documentTable checks a table with a content column: id TEXT PRIMARY
 // KEY, content JSON, projection columns.
 func documentTable(t Table, cols []column) (*tableInfo, error) {
+	if t.AppendOnly || len(t.Merge) > 0 {
+		return nil, fmt.Errorf("drivesync: table %s is a document table (it has a content column): AppendOnly and Merge apply to ordinary tables, whose columns are the record's fields", t.Name)
+	}
 	ti := &tableInfo{name: t.Name}
 	haveID := false
 	npk := 0
@@ -314,6 +327,20 @@ func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tab
 		}
 	}
 	ti.ordinarySQL()
+	ti.appendOnly = t.AppendOnly
+	for col, rule := range t.Merge {
+		switch {
+		case !ti.hasField(col):
+			return nil, fmt.Errorf("drivesync: table %s: Merge names column %q, which is not one of its non-key columns (%s)", t.Name, col, strings.Join(ti.fields, ", "))
+		case rule != MergeLastWriter && rule != MergeMax:
+			return nil, fmt.Errorf("drivesync: table %s: column %s: unknown merge rule %v", t.Name, col, rule)
+		case rule != MergeLastWriter:
+			if ti.rules == nil {
+				ti.rules = map[string]MergeRule{}
+			}
+			ti.rules[col] = rule
+		}
+	}
 	if err := ti.readDefaults(ctx, q); err != nil {
 		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
 	}

@@ -3,6 +3,7 @@ package drivesync
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 )
 
@@ -29,7 +30,11 @@ func triggerSQL(t *tableInfo) map[string]string {
 	}
 	name := func(op string) string { return triggerPrefix + table + "_" + op }
 	if t.ordinary {
-		return ordinaryTriggers(t, when, mark, name)
+		defs := ordinaryTriggers(t, when, mark, name)
+		if t.appendOnly {
+			maps.Copy(defs, immutableTriggers(t, when, name))
+		}
+		return defs
 	}
 	// Content must be a JSON object (text or JSONB): refuse anything else
 	// when the app writes it, rather than find it at sync time and leave

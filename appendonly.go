@@ -1,0 +1,148 @@
+package drivesync
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+)
+
+// Append-only tables (Table.AppendOnly): a row, once written, is never
+// changed, by the app or by the engine.
+//
+// The capture triggers refuse the app's UPDATE and DELETE of a row. The
+// synced record merges as any other (so every device's state is the same
+// bytes): two devices that wrote different payloads under one key end with
+// the later payload in sync_states, and each keeps its own row. The engine
+// writes a row only where the device has none; a received payload that
+// differs from the row held is a conflict, kept in sync_immutable until the
+// app deletes its row of that key (the triggers allow that, for a record
+// in conflict only), and reported at every sync meanwhile. The row deleted,
+// the next sync writes the synced payload into it; a deleted row is never
+// sent as a delete of the record.
+
+// immutableTriggers are the triggers that keep an append-only table's rows
+// as written.
+func immutableTriggers(t *tableInfo, when string, name func(string) string) map[string]string {
+	tbl := quoteIdent(t.name)
+	refuse := quoteString(fmt.Sprintf("drivesync: table %s is append-only (Table.AppendOnly): a row cannot be changed or deleted once written; write a new row (such as a new generation) instead", t.name))
+	conflicted := fmt.Sprintf("EXISTS (SELECT 1 FROM sync_immutable WHERE table_name = %s AND record_id = %s)", quoteString(t.name), t.keyExpr("OLD"))
+	return map[string]string{
+		name("immutable_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("immutable_update")), tbl, when, refuse),
+		name("immutable_delete"): fmt.Sprintf("CREATE TRIGGER %s BEFORE DELETE ON %s %s AND NOT %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("immutable_delete")), tbl, when, conflicted, refuse),
+	}
+}
+
+// inserter is the sync's commit, which remembers the append-only rows it
+// inserted: until it commits they follow what it receives, so that a
+// device that wrote nothing under a key holds the synced payload, whatever
+// order the payloads of a conflict arrived in.
+type inserter interface {
+	inserting(table, id string)
+	insertedNow(table, id string) bool
+}
+
+func (s *applier) inserting(table, id string) { s.inserted[recordKey{table, id}] = true }
+
+func (s *applier) insertedNow(table, id string) bool { return s.inserted[recordKey{table, id}] }
+
+// digest names a payload in conflict reports.
+func digest(v jsonv.Value) string {
+	sum := sha256.Sum256(jsonv.Encode(v))
+	return hex.EncodeToString(sum[:8])
+}
+
+// keepImmutable decides the write of record id, whose synced payload is
+// v, to an append-only table: written is false if the device has no row
+// (the caller inserts it, and a conflict of the record is over); else the
+// row stays as it is, and err reports a conflict if its payload is not
+// v's, or was not in a conflict recorded before.
+func (t *tableInfo) keepImmutable(ctx context.Context, r runner, id string, v jsonv.Value) (written bool, err error) {
+	shown, ok, err := t.readRow(ctx, r, id)
+	if err != nil {
+		return true, err
+	}
+	if ins, _ := r.(inserter); ins != nil && ok && ins.insertedNow(t.name, id) {
+		return false, nil // the engine's own row of this sync: not yet the device's
+	}
+	if !ok {
+		if ins, _ := r.(inserter); ins != nil {
+			ins.inserting(t.name, id)
+		}
+		return false, r.exec(ctx, `DELETE FROM sync_immutable WHERE table_name = ?1 AND record_id = ?2`, t.name, id)
+	}
+	row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
+	if err != nil {
+		return true, err
+	}
+	mine, _ := t.rowRecord(&v, row)
+	if !jsonv.Equal(mine, v) {
+		return true, t.immutableConflict(ctx, r, id, digest(mine), digest(v))
+	}
+	var theirs string
+	switch err := r.queryRow(ctx, `SELECT theirs FROM sync_immutable WHERE table_name = ?1 AND record_id = ?2`, []any{t.name, id}, &theirs); {
+	case errors.Is(err, sql.ErrNoRows):
+		return true, nil // the same payload: nothing new
+	case err != nil:
+		return true, err
+	}
+	return true, t.immutableConflict(ctx, r, id, digest(mine), theirs)
+}
+
+// keepImmutableFromDelete keeps an append-only row whose record another
+// device deleted (an app version without AppendOnly): a conflict.
+func (t *tableInfo) keepImmutableFromDelete(ctx context.Context, r runner, id string) error {
+	shown, ok, err := t.readRow(ctx, r, id)
+	if err != nil || !ok {
+		return err
+	}
+	row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
+	if err != nil {
+		return err
+	}
+	return t.immutableConflict(ctx, r, id, digest(row), "deleted")
+}
+
+// receivedImmutable checks a change another device wrote to an
+// append-only record against the row this device holds: a payload unlike
+// it, or a delete, is a conflict.
+func (t *tableInfo) receivedImmutable(ctx context.Context, r runner, c fileChange) error {
+	shown, ok, err := t.readRow(ctx, r, c.record)
+	if err != nil || !ok {
+		return err
+	}
+	if ins, _ := r.(inserter); ins != nil && ins.insertedNow(t.name, c.record) {
+		return nil // written by this sync from what it received: it follows the record
+	}
+	row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
+	if err != nil {
+		return err
+	}
+	if c.deleted {
+		mine, _ := t.rowRecord(nil, row)
+		return t.immutableConflict(ctx, r, c.record, digest(mine), "deleted")
+	}
+	theirs, err := jsonv.ParseObject(c.patch, jsonv.Options{})
+	if err != nil {
+		return err
+	}
+	if mine, _ := t.rowRecord(&theirs, row); !jsonv.Equal(mine, theirs) {
+		return t.immutableConflict(ctx, r, c.record, digest(mine), digest(theirs))
+	}
+	return nil
+}
+
+func (t *tableInfo) immutableConflict(ctx context.Context, r runner, id, mine, theirs string) error {
+	if err := r.exec(ctx, `INSERT INTO sync_immutable (table_name, record_id, mine, theirs) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT DO UPDATE SET mine = excluded.mine, theirs = excluded.theirs`, t.name, id, mine, theirs); err != nil {
+		return err
+	}
+	return &rowError{
+		msg: fmt.Sprintf("table %s, record %s: append-only row differs from the one another device wrote under the same key (this device's payload %s, the other's %s): each keeps its own row; delete this device's row of the key to take the synced one", t.name, id, mine, theirs),
+		err: ErrImmutableConflict,
+	}
+}
