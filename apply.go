@@ -556,6 +556,29 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 			retry[k] = true
 		}
 	}
+	// An append-only conflict is reported at every sync until it ends,
+	// whatever this sync wrote (see keepImmutable).
+	conflicts, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id FROM sync_immutable`)
+	if err != nil {
+		return err
+	}
+	for conflicts.Next() {
+		var k recordKey
+		if err := conflicts.Scan(&k.table, &k.record); err != nil {
+			conflicts.Close()
+			return err
+		}
+		if t := s.e.tables[k.table]; t != nil && t.appendOnly {
+			retry[k] = true
+			if s.rows[k] == nil {
+				delete(s.rows, k) // to be written, and so checked, again
+			}
+		}
+	}
+	conflicts.Close()
+	if err := conflicts.Err(); err != nil {
+		return err
+	}
 	keys := make([]recordKey, 0, len(retry))
 	for k := range retry {
 		keys = append(keys, k)

@@ -1,7 +1,9 @@
 package drivesync
 
 import (
+	"context"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -207,4 +209,192 @@ func (w *world) notesDump() string {
 		return `SELECT id, hex(content), quote(a), quote(b), quote(title), quote(display_order) FROM notes ORDER BY id`
 	}
 	return `SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`
+}
+
+// Every schedule also syncs two small ordinary tables with the other
+// table options: gens, whose g only grows (MergeMax), and facts, an
+// append-only table whose keys are mostly each device's own, sometimes
+// shared: written with the same payload by several devices (one record),
+// or with different ones (a conflict each writer reports).
+const extraSchema = `CREATE TABLE IF NOT EXISTS gens (id TEXT PRIMARY KEY, g INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS facts (dev TEXT NOT NULL, n INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (dev, n))`
+
+var extraTables = []Table{
+	{Name: "gens", Merge: map[string]MergeRule{"g": MergeMax}},
+	{Name: "facts", AppendOnly: true},
+}
+
+type factKey struct {
+	dev string
+	n   int
+}
+
+// extraModel is what the schedule wrote to gens and facts.
+type extraModel struct {
+	facts map[factKey]map[string]string // key -> writing device -> payload
+}
+
+// extraWrite writes gens or facts on d.
+func (m *model) extraWrite(rt *rapid.T, d *hdevice, label string, facts bool) {
+	d.seq++
+	val := fmt.Sprintf("%s#%d", d.name, d.seq)
+	if !facts {
+		id := rapid.SampledFrom([]string{"g0", "g1"}).Draw(rt, label+"gen")
+		g := rapid.IntRange(0, 1000).Draw(rt, label+"g")
+		if _, err := d.db.Exec(`INSERT INTO gens VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET g = excluded.g`, id, g); err != nil {
+			rt.Fatal(err)
+		}
+		count("write: a MergeMax column")
+		rt.Logf("%s: gens %s = %d", d.name, id, g)
+		return
+	}
+	key := factKey{d.name, d.seq}
+	payload := val
+	if k := rapid.IntRange(0, 5).Draw(rt, label+"fact"); k < 3 {
+		key = factKey{"shared", k}
+		if rapid.Bool().Draw(rt, label+"samePayload") {
+			payload = fmt.Sprintf("same-%d", k)
+		}
+	}
+	res, err := d.db.Exec(`INSERT INTO facts VALUES (?1, ?2, CAST(?3 AS BLOB)) ON CONFLICT DO NOTHING`, key.dev, key.n, payload)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		if m.extra.facts[key] == nil {
+			m.extra.facts[key] = map[string]string{}
+		}
+		m.extra.facts[key][d.name] = payload
+		count("write: an append-only row")
+		rt.Logf("%s: facts %v = %s", d.name, key, payload)
+	}
+}
+
+// checkGens checks, after a sync of d that succeeded, that no value of
+// gens went back from what d showed after its syncs before.
+func (d *hdevice) checkGens(rt *rapid.T) {
+	// A row the app wrote since (pending) shows the app's value, which
+	// may be below: checked once a sync sends it.
+	rows, err := d.db.Query(`SELECT id, g FROM gens WHERE NOT EXISTS (SELECT 1 FROM sync_pending_changes p
+	WHERE p.table_name = 'gens' AND p.record_id = quote(gens.id))`)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer rows.Close()
+	w := d.remote.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gens[d.name] == nil {
+		w.gens[d.name] = map[string]int64{}
+	}
+	for rows.Next() {
+		var id string
+		var g int64
+		rows.Scan(&id, &g)
+		if g < w.gens[d.name][id] {
+			rt.Fatalf("%s: gens %s went back from %d to %d: a MergeMax value lost", d.name, id, w.gens[d.name][id], g)
+		}
+		w.gens[d.name][id] = g
+		count("MergeMax values checked after a sync")
+	}
+}
+
+// checkExtra checks gens and facts at quiescence: every device shows the
+// same gens, none below a value a device showed after a sync; every fact
+// is on every device, a shared key written with one payload as one
+// record; a key written with different payloads stays each writer's own,
+// and a device holding another payload than the synced one reports it.
+func checkExtra(rt *rapid.T, devs []*hdevice, m *model) {
+	gens := `SELECT quote(id) || '=' || quote(g) FROM gens ORDER BY id`
+	want := devs[0].rowsOf(rt, gens)
+	for _, d := range devs {
+		if got := d.rowsOf(rt, gens); got != want {
+			rt.Fatalf("%s: gens %q, want %q", d.name, got, want)
+		}
+		w := d.remote.w
+		for id, g := range w.gens[d.name] {
+			var final int64
+			devs[0].db.QueryRow(`SELECT g FROM gens WHERE id = ?`, id).Scan(&final)
+			if final < g {
+				rt.Fatalf("gens %s = %d at quiescence, below the %d %s showed after a sync", id, final, g, d.name)
+			}
+		}
+	}
+	// must: devices that must report a conflict: they hold a payload
+	// other than the synced one. may: devices holding the synced payload
+	// of a key in conflict: they report it if they held their row when
+	// another payload reached them in a patch file, not if it reached
+	// them only as the synced record of a snapshot.
+	must, may := map[string]bool{}, map[string]bool{}
+	for key, writers := range m.extra.facts {
+		payloads := map[string]bool{}
+		for _, p := range writers {
+			payloads[p] = true
+		}
+		if len(payloads) > 1 {
+			for _, d := range devs {
+				may[d.name] = true
+			}
+		}
+		for _, d := range devs {
+			var got sql.NullString
+			d.db.QueryRow(`SELECT CAST(payload AS TEXT) FROM facts WHERE dev = ? AND n = ?`, key.dev, key.n).Scan(&got)
+			var synced sql.NullString
+			d.db.QueryRow(`SELECT json_extract(record_data, '$.payload[1]') FROM sync_states WHERE table_name = 'facts' AND record_id = ?`, encodeKey([]any{key.dev, int64(key.n)})).Scan(&synced)
+			mine, wrote := writers[d.name]
+			switch {
+			case !got.Valid:
+				rt.Fatalf("%s: lost append-only row %v (written by %v)", d.name, key, writers)
+			case wrote && got.String != mine:
+				rt.Fatalf("%s: append-only row %v = %q, want its own %q", d.name, key, got.String, mine)
+			case !payloads[got.String]:
+				rt.Fatalf("%s: append-only row %v = %q, which no device wrote (%v)", d.name, key, got.String, writers)
+			case base64Of(got.String) != synced.String:
+				must[d.name] = true
+				count("append-only rows kept against another device's payload")
+			}
+			if len(payloads) == 1 {
+				count("append-only rows checked")
+			}
+		}
+	}
+	for _, d := range devs {
+		r, err := d.eng.Sync(context.Background())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		reported := false
+		for _, u := range r.Unwritten {
+			if errors.Is(u.Err, ErrImmutableConflict) {
+				reported = true
+			}
+		}
+		if must[d.name] && !reported || reported && !may[d.name] {
+			rt.Fatalf("%s: reports conflicts %v (Unwritten %v); must report: %v, may: %v", d.name, reported, r.Unwritten, must[d.name], may[d.name])
+		}
+		if reported {
+			count("append-only conflicts reported at quiescence")
+		}
+	}
+}
+
+func base64Of(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// rowsOf returns a query's rows as text.
+func (d *hdevice) rowsOf(rt *rapid.T, query string) string {
+	rows, err := d.db.Query(query)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer rows.Close()
+	var b []byte
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			rt.Fatal(err)
+		}
+		b = append(b, s...)
+		b = append(b, '\n')
+	}
+	return string(b)
 }

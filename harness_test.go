@@ -164,6 +164,9 @@ type world struct {
 	limits    Limits        // every device's Config.Limits: the store's
 	strict    bool          // notes is strictNotesSchema
 	ordinary  bool          // notes is an ordinary table (see notesSchema)
+	// gens[device][id]: the value of gens id that device showed after its
+	// last sync that succeeded (see checkGens).
+	gens map[string]map[string]int64
 	// checked: dev-0's strict table also CHECKs b, refusing some values
 	// the other devices write (an app version with a stricter rule):
 	// its rows stay as they were, reported unwritten, until dev-0 writes
@@ -480,7 +483,7 @@ func (d *hdevice) openDB(rt *rapid.T) {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	for _, schema := range []string{d.remote.w.notesSchema(d.name), miscSchema} {
+	for _, schema := range []string{d.remote.w.notesSchema(d.name), miscSchema, extraSchema} {
 		if _, err := db.Exec(schema); err != nil {
 			rt.Fatal(err)
 		}
@@ -559,9 +562,9 @@ func (d *hdevice) setDetached(rt *rapid.T, detached bool) {
 
 func harnessTables(detached bool) []Table {
 	if detached {
-		return []Table{{Name: "misc"}}
+		return append([]Table{{Name: "misc"}}, extraTables...)
 	}
-	return []Table{{Name: "notes"}, {Name: "misc"}}
+	return append([]Table{{Name: "notes"}, {Name: "misc"}}, extraTables...)
 }
 
 func (d *hdevice) openEngine(rt *rapid.T) {
@@ -668,6 +671,9 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 	rt.Logf("%s %s: %s -> downloaded %v, rejected %v, uploaded %q, recovered %q, snapshot %q, deleted %d, skipped %v, err %v",
 		at, d.name, op, r.Downloaded, rejected, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, r.Skipped, err)
 	d.observe(rt)
+	if err == nil {
+		d.checkGens(rt)
+	}
 	countReport(r, snapshot, fresh)
 	for _, u := range r.Unwritten {
 		if strings.Contains(u.Err.Error(), "CHECK constraint failed") {
@@ -837,6 +843,7 @@ type model struct {
 	// only that create writes) must hold at quiescence; see checkCreates.
 	creates map[string][]*modelCreate
 	devs    *[]*hdevice // the schedule's devices
+	extra   extraModel
 }
 
 // modelCreate is a create of a record by a device that had received the
@@ -990,6 +997,10 @@ var harnessPaths = []string{"a", "b", "n.x", "n.y", "deleted_at"}
 
 // write performs one random app write on d and records it in m.
 func (m *model) write(rt *rapid.T, d *hdevice, label string) {
+	if k := rapid.IntRange(0, 5).Draw(rt, label+"table"); k < 2 {
+		m.extraWrite(rt, d, label, k == 1)
+		return
+	}
 	m.writeOp(rt, d, label, rapid.SampledFrom(harnessRecords).Draw(rt, label+"record"), -1)
 }
 
@@ -1100,6 +1111,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		hidden:  map[string]map[string]hiddenFile{},
 		damaged: map[string]map[string]damage{},
 		hostile: map[string]bool{},
+		gens:    map[string]map[string]int64{},
 	}
 	// The remote clock starts within a month of a month's end, and every
 	// device compacts with a retention of hours.
@@ -1197,7 +1209,7 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	for range rapid.IntRange(2, 5).Draw(rt, "devices") {
 		addDevice().open(rt)
 	}
-	m := &model{hist: map[string]map[string][]modelWrite{}, creates: map[string][]*modelCreate{}, devs: &devs, batches: !w.ordinary && (smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0)}
+	m := &model{hist: map[string]map[string][]modelWrite{}, creates: map[string][]*modelCreate{}, devs: &devs, extra: extraModel{facts: map[factKey]map[string]string{}}, batches: !w.ordinary && (smallLimits || rapid.IntRange(0, 3).Draw(rt, "batches") == 0)}
 	// Interleaved syncs run without crashes or app writes: the devices'
 	// state during them is the schedule's, which a crash would undo.
 	nested := false
@@ -1595,7 +1607,9 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 				// Every file is visible now: no record may be partial,
 				// and no table refuse a row, after a first round, but
 				// for a row dev-0's CHECK refuses.
-				if round > 0 && !(refusals && d == devs[0] && strings.Contains(u.Err.Error(), "CHECK constraint failed")) {
+				// An append-only conflict is reported at every sync
+				// (checkExtra checks which).
+				if round > 0 && !errors.Is(u.Err, ErrImmutableConflict) && !(refusals && d == devs[0] && strings.Contains(u.Err.Error(), "CHECK constraint failed")) {
 					rt.Fatalf("%s: rows the tables refused: %v", d.name, r.Unwritten)
 				}
 			}
@@ -1672,6 +1686,7 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 			rt.Fatalf("%s: %d pending, integrity %q", d.name, pending, integrity)
 		}
 	}
+	checkExtra(rt, devs, m)
 	m.checkCreates(rt, devs[0])
 	for _, id := range slices.Sorted(maps.Keys(m.hist)) {
 		final, present := devs[0].local(rt, id)
