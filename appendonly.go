@@ -17,13 +17,16 @@ import (
 // The capture triggers refuse the app's UPDATE and DELETE of a row. The
 // synced record merges as any other (so every device's state is the same
 // bytes): two devices that wrote different payloads under one key end with
-// the later payload in sync_states, and each keeps its own row. The engine
-// writes a row only where the device has none; a received payload that
-// differs from the row held is a conflict, kept in sync_immutable until the
+// the later payload in sync_states, and each keeps its own row. A row the
+// app wrote is never changed; one the engine placed (sync_placed: the
+// device had no row of that key) follows the synced record, so that every
+// device that wrote nothing under a key holds the same payload, in
+// whatever order the others' arrived. A received payload that differs
+// from a row of the app's is a conflict, kept in sync_immutable until the
 // app deletes its row of that key (the triggers allow that, for a record
-// in conflict only), and reported at every sync meanwhile. The row deleted,
-// the next sync writes the synced payload into it; a deleted row is never
-// sent as a delete of the record.
+// in conflict only), and reported at every sync meanwhile. The row
+// deleted, the next sync places the synced payload in it; a deleted row is
+// never sent as a delete of the record.
 
 // immutableTriggers are the triggers that keep an append-only table's rows
 // as written.
@@ -32,23 +35,11 @@ func immutableTriggers(t *tableInfo, when string, name func(string) string) map[
 	refuse := quoteString(fmt.Sprintf("drivesync: table %s is append-only (Table.AppendOnly): a row cannot be changed or deleted once written; write a new row (such as a new generation) instead", t.name))
 	conflicted := fmt.Sprintf("EXISTS (SELECT 1 FROM sync_immutable WHERE table_name = %s AND record_id = %s)", quoteString(t.name), t.keyExpr("OLD"))
 	return map[string]string{
-		name("immutable_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("immutable_update")), tbl, when, refuse),
-		name("immutable_delete"): fmt.Sprintf("CREATE TRIGGER %s BEFORE DELETE ON %s %s AND NOT %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("immutable_delete")), tbl, when, conflicted, refuse),
+		// '@' is in no table name: no capture trigger has these names.
+		name("@immutable_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("@immutable_update")), tbl, when, refuse),
+		name("@immutable_delete"): fmt.Sprintf("CREATE TRIGGER %s BEFORE DELETE ON %s %s AND NOT %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("@immutable_delete")), tbl, when, conflicted, refuse),
 	}
 }
-
-// inserter is the sync's commit, which remembers the append-only rows it
-// inserted: until it commits they follow what it receives, so that a
-// device that wrote nothing under a key holds the synced payload, whatever
-// order the payloads of a conflict arrived in.
-type inserter interface {
-	inserting(table, id string)
-	insertedNow(table, id string) bool
-}
-
-func (s *applier) inserting(table, id string) { s.inserted[recordKey{table, id}] = true }
-
-func (s *applier) insertedNow(table, id string) bool { return s.inserted[recordKey{table, id}] }
 
 // digest names a payload in conflict reports.
 func digest(v jsonv.Value) string {
@@ -57,21 +48,23 @@ func digest(v jsonv.Value) string {
 }
 
 // keepImmutable decides the write of record id, whose synced payload is
-// v, to an append-only table: written is false if the device has no row
-// (the caller inserts it, and a conflict of the record is over); else the
-// row stays as it is, and err reports a conflict if its payload is not
-// v's, or was not in a conflict recorded before.
+// v, to an append-only table: written is false if the device has no row,
+// or one the engine placed (the caller writes it, and a conflict of the
+// record is over); else the app's row stays as it is, and err reports a
+// conflict if its payload is not v's, or was not in a conflict recorded
+// before.
 func (t *tableInfo) keepImmutable(ctx context.Context, r runner, id string, v jsonv.Value) (written bool, err error) {
 	shown, ok, err := t.readRow(ctx, r, id)
 	if err != nil {
 		return true, err
 	}
-	if ins, _ := r.(inserter); ins != nil && ok && ins.insertedNow(t.name, id) {
-		return false, nil // the engine's own row of this sync: not yet the device's
+	placed, err := t.placed(ctx, r, id)
+	if err != nil {
+		return true, err
 	}
-	if !ok {
-		if ins, _ := r.(inserter); ins != nil {
-			ins.inserting(t.name, id)
+	if !ok || placed {
+		if err := r.exec(ctx, `INSERT OR IGNORE INTO sync_placed (table_name, record_id) VALUES (?1, ?2)`, t.name, id); err != nil {
+			return true, err
 		}
 		return false, r.exec(ctx, `DELETE FROM sync_immutable WHERE table_name = ?1 AND record_id = ?2`, t.name, id)
 	}
@@ -91,6 +84,16 @@ func (t *tableInfo) keepImmutable(ctx context.Context, r runner, id string, v js
 		return true, err
 	}
 	return true, t.immutableConflict(ctx, r, id, digest(mine), theirs)
+}
+
+// placed reports whether the engine placed the row of record id.
+func (t *tableInfo) placed(ctx context.Context, r runner, id string) (bool, error) {
+	var one int
+	err := r.queryRow(ctx, `SELECT 1 FROM sync_placed WHERE table_name = ?1 AND record_id = ?2`, []any{t.name, id}, &one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // keepImmutableFromDelete keeps an append-only row whose record another
@@ -115,8 +118,8 @@ func (t *tableInfo) receivedImmutable(ctx context.Context, r runner, c fileChang
 	if err != nil || !ok {
 		return err
 	}
-	if ins, _ := r.(inserter); ins != nil && ins.insertedNow(t.name, c.record) {
-		return nil // written by this sync from what it received: it follows the record
+	if placed, err := t.placed(ctx, r, c.record); placed || err != nil {
+		return err // the engine's row: it follows the record
 	}
 	row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
 	if err != nil {
@@ -130,8 +133,17 @@ func (t *tableInfo) receivedImmutable(ctx context.Context, r runner, c fileChang
 	if err != nil {
 		return err
 	}
-	if mine, _ := t.rowRecord(&theirs, row); !jsonv.Equal(mine, theirs) {
-		return t.immutableConflict(ctx, r, c.record, digest(mine), digest(theirs))
+	// A change may come in parts (see ownWrites), and from an app version
+	// with columns this one lacks: each column it writes that the row has
+	// must hold the same value.
+	mine, _ := t.rowRecord(&theirs, row)
+	for _, m := range theirs.Members {
+		if !t.hasField(m.Key) {
+			continue
+		}
+		if have, ok := mine.Get(m.Key); !ok || !jsonv.Equal(have, m.Value) {
+			return t.immutableConflict(ctx, r, c.record, digest(mine), digest(theirs))
+		}
 	}
 	return nil
 }

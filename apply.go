@@ -31,9 +31,6 @@ type applier struct {
 	// another device's delete arrived, with the hidden fields their rows
 	// were rebased on (see rebasePending).
 	revived map[recordKey]string
-	// inserted are the rows of append-only tables this commit inserted
-	// (see inserter).
-	inserted map[recordKey]bool
 }
 
 type recordKey struct{ table, record string }
@@ -47,7 +44,7 @@ func (s *syncRun) commit(ctx context.Context, l *listing, f *fetched, p *plan) e
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "apply", Err: err}
 	}
-	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{}, inserted: map[recordKey]bool{}}
+	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{}}
 	err := a.apply(ctx)
 	if err == nil {
 		err = s.hook("applied")

@@ -241,6 +241,19 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		if err != nil {
 			return err
 		}
+		freshly := map[string]bool{}
+		for _, t := range fresh {
+			freshly[t.name] = true
+		}
+		// Columns added first: a row registered again is then compared
+		// with what it showed, a new column's synced value included.
+		for _, t := range e.order {
+			if t.ordinary {
+				if err := writeNewColumns(ctx, conn, t, freshly[t.name]); err != nil {
+					return fmt.Errorf("drivesync: Open: table %s: %w", t.name, err)
+				}
+			}
+		}
 		for _, t := range fresh {
 			adopt := adoptTable
 			if synced[t.name] {
@@ -248,13 +261,6 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 			}
 			if err := adopt(ctx, conn, t); err != nil {
 				return fmt.Errorf("drivesync: Open: register table %s: %w", t.name, err)
-			}
-		}
-		for _, t := range e.order {
-			if t.ordinary {
-				if err := writeNewColumns(ctx, conn, t); err != nil {
-					return fmt.Errorf("drivesync: Open: table %s: %w", t.name, err)
-				}
 			}
 		}
 		e.detached = map[string]bool{}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
@@ -175,6 +176,12 @@ func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows,
 	if err := rows.Scan(&r.id, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base); err != nil {
 		return err
 	}
+	if !utf8.ValidString(r.id) {
+		// Its id would not cross a patch file unchanged (JSON strings
+		// hold UTF-8): the app must give the row a valid key.
+		r.keyErr = fmt.Errorf("key %q is TEXT that is not valid UTF-8: give the row a key in UTF-8 (or a BLOB)", r.id)
+		return nil
+	}
 	if _, err := t.decodeKey(r.id); err != nil {
 		// No row can have this id (a record another device named): there
 		// is nothing of the app's to send.
@@ -206,8 +213,10 @@ type pendingRow struct {
 	// state.
 	refused bool
 	base    sql.NullString
-	// noKey: an ordinary table's record whose id is no key of the table.
-	noKey bool
+	// noKey: an ordinary table's record whose id is no key of the table;
+	// keyErr: a row whose key cannot be sent.
+	noKey  bool
+	keyErr error
 }
 
 // shown returns what the record's row showed before the app's pending
@@ -357,6 +366,10 @@ AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = 
 func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileChange, skip bool) {
 	id, rowExists, content, rowCanonical, synced, syncedDeleted := p.id, p.rowExists, p.content, p.rowCanonical, p.synced, p.syncedDeleted
 	c = fileChange{table: t.name, record: id}
+	if p.keyErr != nil {
+		s.skipRecord(t.name, id, p.keyErr)
+		return c, true
+	}
 	if !synced.Valid {
 		c.flags |= planNoState
 	}

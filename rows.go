@@ -140,6 +140,23 @@ func (t *tableInfo) decodeKey(id string) ([]any, error) {
 	if rest != "" || encodeKey(vals) != id {
 		return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
 	}
+	// A value the key column's affinity would convert ('0' in an INTEGER
+	// column, 7 in a TEXT one) is no key a row of this table can have: it
+	// would be the row of another record.
+	for i, v := range vals {
+		s, isText := v.(string)
+		_, isInt := v.(int64)
+		switch t.keyTypes[i] {
+		case 'i':
+			if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); isText && err == nil {
+				return nil, rowErrorf("record id %q is not a key of table %s: %s is %q, a number as text, which column %s stores as a number", id, t.name, t.keys[i], s, t.keys[i])
+			}
+		case 't':
+			if isInt {
+				return nil, rowErrorf("record id %q is not a key of table %s: %s is the integer %d, which column %s stores as text", id, t.name, t.keys[i], v, t.keys[i])
+			}
+		}
+	}
 	return vals, nil
 }
 
@@ -397,6 +414,12 @@ func (t *tableInfo) writeRow(ctx context.Context, r runner, id, content string) 
 			return err
 		}
 	}
+	return t.upsertColumns(ctx, r, id, key, v)
+}
+
+// upsertColumns writes the row of record id (key: its key's values) with
+// the columns of this table that record v has.
+func (t *tableInfo) upsertColumns(ctx context.Context, r runner, id string, key []any, v jsonv.Value) error {
 	args := key
 	var cols []string
 	for _, m := range v.Members {
@@ -788,11 +811,16 @@ WHERE table_name = ?1 AND record_id > ?2 ORDER BY record_id LIMIT 500`, table, a
 
 // writeNewColumns gives the rows of an ordinary table the synced values of
 // columns added to it since the last Open (an app upgrade that added a
-// column other devices already write): each row that the app has not
-// changed since (not pending) and that shows its synced record (not one
-// the table refused) takes the values its record holds. It then records
-// the table's columns.
-func writeNewColumns(ctx context.Context, q querier, t *tableInfo) error {
+// column other devices already write). A row that shows its synced record
+// (not one the table refused) takes the values its record holds, in the
+// columns where the app cannot have written since: all of them if the
+// row is not pending and its table was registered, else those that still
+// hold the column's constant default (the app may have set a new column
+// between the upgrade and this Open, or while the table was not
+// registered). It then records the table's columns. It runs before a
+// table registered again is compared with what its rows showed, so that
+// a default is not taken for the app's edit.
+func writeNewColumns(ctx context.Context, q querier, t *tableInfo, unregistered bool) error {
 	key := "columns/" + t.name
 	before, err := getMeta(ctx, q, key)
 	if err != nil {
@@ -820,30 +848,48 @@ func writeNewColumns(ctx context.Context, q querier, t *tableInfo) error {
 			if deleted {
 				return nil
 			}
-			var busy bool
-			if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2)
-	OR EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&busy); err != nil || busy {
+			var pending, refused bool
+			if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2),
+	EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&pending, &refused); err != nil || refused {
 				return err
 			}
 			v, err := jsonv.ParseObject([]byte(data), jsonv.Options{})
 			if err != nil {
 				return nil // reported when the record is next written
 			}
-			var set jsonv.Value
-			for _, f := range added {
-				if m, ok := v.Get(f); ok {
-					set.Members = append(set.Members, jsonv.Member{Key: f, Value: m})
-				}
-			}
-			if len(set.Members) == 0 {
-				return nil
-			}
 			shown, ok, err := t.readRow(ctx, direct{q}, id)
 			if err != nil || !ok {
 				return err
 			}
+			row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
+			if err != nil {
+				return err
+			}
+			var set jsonv.Value
+			for _, f := range added {
+				m, ok := v.Get(f)
+				if !ok {
+					continue
+				}
+				if pending || unregistered {
+					d, constant := t.defaults[f]
+					if have, _ := row.Get(f); !constant || !jsonv.Equal(have, d) {
+						continue // the app's value
+					}
+				}
+				set.Members = append(set.Members, jsonv.Member{Key: f, Value: m})
+			}
+			if len(set.Members) == 0 {
+				return nil
+			}
 			sortMembers(set.Members)
-			switch err := t.writeRow(ctx, direct{q}, id, string(jsonv.Encode(set))); {
+			key, err := t.decodeKey(id)
+			if err != nil {
+				return nil
+			}
+			// Not writeRow: an append-only row takes a new column's value
+			// as any other; its payload did not change.
+			switch err := t.upsertColumns(ctx, direct{q}, id, key, set); {
 			case refusal(err):
 				// The table refuses the record's values: the row keeps
 				// what it shows, and the next sync reports and retries it.

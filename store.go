@@ -87,6 +87,11 @@ CREATE TABLE IF NOT EXISTS sync_immutable (
 	theirs TEXT NOT NULL,
 	PRIMARY KEY (table_name, record_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_placed (
+	table_name TEXT NOT NULL, -- rows of append-only tables the engine placed
+	record_id TEXT NOT NULL,
+	PRIMARY KEY (table_name, record_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_unwritten (
 	table_name TEXT NOT NULL,
 	record_id TEXT NOT NULL,
@@ -148,7 +153,7 @@ var migrations = []struct {
 var reservedTables = map[string]bool{
 	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
 	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true, "sync_uploaded": true,
-	"sync_immutable": true,
+	"sync_immutable": true, "sync_placed": true,
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -183,6 +188,7 @@ type tableInfo struct {
 	columns  []string // projection columns, filled from content's same-named keys
 
 	keys       []string               // an ordinary table's key columns, in key order
+	keyTypes   []byte                 // their affinity: 'i' INTEGER or NUMERIC, 't' TEXT, 'b' none
 	fields     []string               // its other columns, each a member of the record
 	fieldIndex map[string]int         // fields by name
 	defaults   map[string]jsonv.Value // the constant defaults of fields (see rowRecord)
@@ -241,11 +247,20 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	switch {
 	case len(cols) == 0:
 		return nil, fmt.Errorf("drivesync: table %s does not exist: create it before Open (a table with a PRIMARY KEY, or id TEXT PRIMARY KEY with a JSON content column)", t.Name)
+	case deferredKeys(ctx, q, t.Name):
+		return nil, fmt.Errorf("drivesync: table %s declares a foreign key DEFERRABLE INITIALLY DEFERRED: SQLite checks it only when the sync's transaction commits, where one refused row would fail the whole sync, at every sync; declare the foreign key without it (the engine writes rows in any order and writes a refused row again once its parent arrives)", t.Name)
 	case haveContent:
 		return documentTable(t, cols)
 	default:
 		return ordinaryTable(ctx, q, t, cols)
 	}
+}
+
+// deferredKeys reports whether table declares a deferred foreign key.
+func deferredKeys(ctx context.Context, q querier, table string) bool {
+	var def string
+	q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1`, table).Scan(&def)
+	return strings.Contains(strings.Join(strings.Fields(strings.ToUpper(def)), " "), "INITIALLY DEFERRED")
 }
 
 // documentTable checks a table with a content column: id TEXT PRIMARY
@@ -291,6 +306,14 @@ func documentTable(t Table, cols []column) (*tableInfo, error) {
 // ordinaryTable checks a table without a content column: it needs a
 // declared primary key whose values the devices share.
 func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tableInfo, error) {
+	// Rows are read as UTF-8 bytes (see typedValue).
+	var enc string
+	if err := q.QueryRowContext(ctx, `PRAGMA encoding`).Scan(&enc); err != nil {
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+	}
+	if enc != "UTF-8" {
+		return nil, fmt.Errorf("drivesync: table %s: the database's text encoding is %s; ordinary tables need a UTF-8 database (SQLite's default: PRAGMA encoding before the first table is created)", t.Name, enc)
+	}
 	ti := &tableInfo{name: t.Name, ordinary: true}
 	var keys []column
 	for _, c := range cols {
@@ -310,13 +333,45 @@ func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tab
 		return nil, fmt.Errorf("drivesync: table %s has no PRIMARY KEY: a synced table needs one whose values all devices share, such as a TEXT column of UUIDs or a composite key like (uuid, gen)", t.Name)
 	}
 	slices.SortFunc(keys, func(a, b column) int { return a.pk - b.pk })
+	var strict bool
+	if err := q.QueryRowContext(ctx, `SELECT strict FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.Name).Scan(&strict); err != nil {
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+	}
 	for _, k := range keys {
+		// SQLite's affinity rules, in their order.
 		switch utyp := strings.ToUpper(k.typ); {
+		case strings.Contains(utyp, "INT"):
+			ti.keyTypes = append(ti.keyTypes, 'i')
+		case strings.Contains(utyp, "CHAR") || strings.Contains(utyp, "CLOB") || strings.Contains(utyp, "TEXT"):
+			ti.keyTypes = append(ti.keyTypes, 't')
+		case utyp == "" || strings.Contains(utyp, "BLOB") || strict && utyp == "ANY":
+			ti.keyTypes = append(ti.keyTypes, 'b')
 		case strings.Contains(utyp, "REAL") || strings.Contains(utyp, "FLOA") || strings.Contains(utyp, "DOUB"):
 			return nil, fmt.Errorf("drivesync: table %s: key column %s is %s: a key must be TEXT, INTEGER or BLOB, equal on every device", t.Name, k.name, k.typ)
+		default:
+			ti.keyTypes = append(ti.keyTypes, 'i') // NUMERIC
 		}
 		ti.keys = append(ti.keys, k.name)
 	}
+	// A key compared by another collation than BINARY ('Red' and 'red'
+	// under NOCASE) would be two records of one row.
+	rows, err := q.QueryContext(ctx, `SELECT x.name, x.coll FROM pragma_index_list(?1) l, pragma_index_xinfo(l.name) x
+WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY'`, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var col, coll string
+		if err := rows.Scan(&col, &coll); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("drivesync: table %s: key column %s compares with COLLATE %s: keys that differ only as %s ignores ('Red', 'red') would be two records of one row; give the key column the default BINARY collation (and store the key as the app wants it compared, such as lower(name))", t.Name, col, coll, coll)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
 	if len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !t.UniqueIntegerKey {
 		var withoutRowid bool
 		if err := q.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.Name).Scan(&withoutRowid); err != nil {
