@@ -60,8 +60,9 @@ func triggerSQL(t *tableInfo) map[string]string {
 // column's affinity made them.
 func ordinaryTriggers(t *tableInfo, when string, mark func(string) string, name func(string) string) map[string]string {
 	tbl := quoteIdent(t.name)
-	refuse := func(r string) string {
-		return fmt.Sprintf("SELECT RAISE(ABORT, %s) WHERE %s;", quoteString(t.keyRefusal()), t.badKey(r))
+	// One statement: the key is checked as the mark is computed.
+	checked := func(r string) string {
+		return fmt.Sprintf("CASE WHEN %s THEN RAISE(ABORT, %s) ELSE %s END", t.badKey(r), quoteString(t.keyRefusal()), t.keyExpr(r))
 	}
 	keys := make([]string, len(t.keys))
 	moved := make([]string, len(t.keys))
@@ -70,8 +71,8 @@ func ordinaryTriggers(t *tableInfo, when string, mark func(string) string, name 
 		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s", quoteIdent(k))
 	}
 	return map[string]string{
-		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s %s END", quoteIdent(name("insert")), tbl, when, refuse("NEW"), mark(t.keyExpr("NEW"))),
-		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s %s END", quoteIdent(name("update")), tbl, when, refuse("NEW"), mark(t.keyExpr("NEW"))),
+		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark(checked("NEW"))),
+		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark(checked("NEW"))),
 		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark(t.keyExpr("OLD"))),
 		// A changed key deletes the old record and creates a new one.
 		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s %s AND (%s) BEGIN %s END", quoteIdent(name("rekey")), strings.Join(keys, ", "), tbl, when, strings.Join(moved, " OR "), mark(t.keyExpr("OLD"))),
