@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -440,5 +441,21 @@ func TestRecordOverLimitInSnapshot(t *testing.T) {
 	c.db.QueryRow(`SELECT record_data || clock FROM sync_states WHERE record_id = 'r'`).Scan(&states[1])
 	if states[0] != states[1] || c.get("r") != a.get("r") {
 		t.Fatalf("c holds r as %.80s…, a as %.80s…", states[1], states[0])
+	}
+}
+
+// A file rejected under some limits is read again once the limits that
+// decide readability change: every one of them is in the rejection's key
+// (MaxSnapshotSize was missing from it).
+func TestLimitsKeyNamesEveryLimit(t *testing.T) {
+	base := Limits{}.withDefaults()
+	v := reflect.ValueOf(&base).Elem()
+	for i := range v.NumField() {
+		changed := base
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		f.SetInt(f.Int() + 1)
+		if changed.key() == base.key() {
+			t.Errorf("Limits.%s is not in the key that decides a re-read", v.Type().Field(i).Name)
+		}
 	}
 }
