@@ -34,7 +34,11 @@ func immutableTriggers(t *tableInfo, when string, name func(string) string) map[
 	tbl := quoteIdent(t.name)
 	refuse := quoteString(fmt.Sprintf("drivesync: table %s is append-only (Table.AppendOnly): a row cannot be changed or deleted once written; write a new row (such as a new generation) instead", t.name))
 	conflicted := fmt.Sprintf("EXISTS (SELECT 1 FROM sync_immutable WHERE table_name = %s AND record_id = %s)", quoteString(t.name), t.keyExpr("OLD"))
+	// A row the app inserts is the app's, even over one the engine placed
+	// (INSERT OR REPLACE deletes that without a delete trigger).
+	unplace := fmt.Sprintf("DELETE FROM sync_placed WHERE table_name = %s AND record_id = %s;", quoteString(t.name), t.keyExpr("NEW"))
 	return map[string]string{
+		name("@immutable_insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("@immutable_insert")), tbl, when, unplace),
 		// '@' is in no table name: no capture trigger has these names.
 		name("@immutable_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("@immutable_update")), tbl, when, refuse),
 		name("@immutable_delete"): fmt.Sprintf("CREATE TRIGGER %s BEFORE DELETE ON %s %s AND NOT %s BEGIN SELECT RAISE(ABORT, %s); END", quoteIdent(name("@immutable_delete")), tbl, when, conflicted, refuse),
@@ -49,9 +53,9 @@ func digest(v jsonv.Value) string {
 
 // keepImmutable decides the write of record id, whose synced payload is
 // v, to an append-only table: written is false if the device has no row,
-// or one the engine placed (the caller writes it, and a conflict of the
-// record is over); else the app's row stays as it is, and err reports a
-// conflict if its payload is not v's, or was not in a conflict recorded
+// or one the engine placed (the caller writes it, and then marks it
+// placed: see place); else the app's row stays as it is, and err reports
+// a conflict if its payload is not v's, or was not in a conflict recorded
 // before.
 func (t *tableInfo) keepImmutable(ctx context.Context, r runner, id string, v jsonv.Value) (written bool, err error) {
 	shown, ok, err := t.readRow(ctx, r, id)
@@ -63,10 +67,7 @@ func (t *tableInfo) keepImmutable(ctx context.Context, r runner, id string, v js
 		return true, err
 	}
 	if !ok || placed {
-		if err := r.exec(ctx, `INSERT OR IGNORE INTO sync_placed (table_name, record_id) VALUES (?1, ?2)`, t.name, id); err != nil {
-			return true, err
-		}
-		return false, r.exec(ctx, `DELETE FROM sync_immutable WHERE table_name = ?1 AND record_id = ?2`, t.name, id)
+		return false, nil
 	}
 	row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
 	if err != nil {
@@ -84,6 +85,15 @@ func (t *tableInfo) keepImmutable(ctx context.Context, r runner, id string, v js
 		return true, err
 	}
 	return true, t.immutableConflict(ctx, r, id, digest(mine), theirs)
+}
+
+// place records that the engine wrote the row of record id, which the
+// app had not: it follows the record, and a conflict of it is over.
+func (t *tableInfo) place(ctx context.Context, r runner, id string) error {
+	if err := r.exec(ctx, `INSERT OR IGNORE INTO sync_placed (table_name, record_id) VALUES (?1, ?2)`, t.name, id); err != nil {
+		return err
+	}
+	return r.exec(ctx, `DELETE FROM sync_immutable WHERE table_name = ?1 AND record_id = ?2`, t.name, id)
 }
 
 // placed reports whether the engine placed the row of record id.

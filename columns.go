@@ -271,10 +271,22 @@ func writeNewColumns(ctx context.Context, q querier, t *tableInfo, unregistered 
 			if deleted {
 				return nil
 			}
-			var pending, refused bool
+			var pending, kept bool
+			var base sql.NullString
 			if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2),
-	EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&pending, &refused); err != nil || refused {
+	EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2),
+	(SELECT base FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&pending, &kept, &base); err != nil {
 				return err
+			}
+			if kept {
+				// The row shows base, not the synced record (the table
+				// refused it, or was not registered when it changed): the
+				// new columns take what base holds, which the next sync
+				// compares the row with.
+				if !base.Valid {
+					return nil
+				}
+				data, pending = base.String, true
 			}
 			v, err := jsonv.ParseObject([]byte(data), jsonv.Options{})
 			if err != nil {

@@ -466,7 +466,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			// A row of an append-only table is never sent as an edit:
 			// one unlike its record is a conflict (see keepImmutable),
 			// reported when the commit writes the record.
-			c.flags |= planNoop
+			c.flags = c.flags&^planRowCanonical | planNoop
 			if jsonv.Equal(cur, *old) {
 				c.flags |= planRowCanonical
 			}

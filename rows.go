@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,7 +148,7 @@ func (t *tableInfo) decodeKey(id string) ([]any, error) {
 		_, isInt := v.(int64)
 		switch t.keyTypes[i] {
 		case 'i':
-			if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); isText && err == nil {
+			if isText && numericText.MatchString(s) {
 				return nil, rowErrorf("record id %q is not a key of table %s: %s is %q, a number as text, which column %s stores as a number", id, t.name, t.keys[i], s, t.keys[i])
 			}
 		case 't':
@@ -158,6 +159,11 @@ func (t *tableInfo) decodeKey(id string) ([]any, error) {
 	}
 	return vals, nil
 }
+
+// numericText matches the TEXT that a column of INTEGER or NUMERIC
+// affinity stores as a number: a decimal integer or real, with ASCII
+// spaces around it ('infinity', '0x10' and a no-break space stay TEXT).
+var numericText = regexp.MustCompile(`^[ \t\n\f\r\v]*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\f\r\v]*$`)
 
 // quotedValue reads one value as quote() writes it at the start of s: a
 // string, a blob or an integer, and the bytes it took.
@@ -412,6 +418,10 @@ func (t *tableInfo) writeRow(ctx context.Context, r runner, id, content string) 
 		if written, err := t.keepImmutable(ctx, r, id, v); written || err != nil {
 			return err
 		}
+		if err := t.upsertColumns(ctx, r, id, key, v); err != nil {
+			return err // refused: not placed
+		}
+		return t.place(ctx, r, id)
 	}
 	return t.upsertColumns(ctx, r, id, key, v)
 }
@@ -465,7 +475,18 @@ func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
 		return nil // no row of this table can have it
 	}
 	if t.appendOnly {
-		return t.keepImmutableFromDelete(ctx, r, id)
+		if placed, err := t.placed(ctx, r, id); !placed || err != nil {
+			if err != nil {
+				return err
+			}
+			return t.keepImmutableFromDelete(ctx, r, id)
+		}
+		// The engine's row follows the record, deleted by an app version
+		// without AppendOnly.
+		if err := r.exec(ctx, t.deleteSQL, key...); err != nil {
+			return err
+		}
+		return r.exec(ctx, `DELETE FROM sync_placed WHERE table_name = ?1 AND record_id = ?2`, t.name, id)
 	}
 	return r.exec(ctx, t.deleteSQL, key...)
 }

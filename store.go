@@ -244,23 +244,97 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 		return nil, err
 	}
 	rows.Close()
-	switch {
-	case len(cols) == 0:
+	if len(cols) == 0 {
 		return nil, fmt.Errorf("drivesync: table %s does not exist: create it before Open (a table with a PRIMARY KEY, or id TEXT PRIMARY KEY with a JSON content column)", t.Name)
-	case deferredKeys(ctx, q, t.Name):
-		return nil, fmt.Errorf("drivesync: table %s declares a foreign key DEFERRABLE INITIALLY DEFERRED: SQLite checks it only when the sync's transaction commits, where one refused row would fail the whole sync, at every sync; declare the foreign key without it (the engine writes rows in any order and writes a refused row again once its parent arrives)", t.Name)
-	case haveContent:
-		return documentTable(t, cols)
-	default:
-		return ordinaryTable(ctx, q, t, cols)
 	}
+	switch other, err := deferredKeys(ctx, q, t.Name); {
+	case err != nil:
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
+	case other != "":
+		return nil, fmt.Errorf("drivesync: table %s: table %s declares a foreign key DEFERRABLE INITIALLY DEFERRED that involves it: SQLite checks such a key only when the sync's transaction commits, where one refused row would fail the whole sync, at every sync; declare the foreign key without it (the engine writes rows in any order and writes a refused row again once its parent arrives)", t.Name, other)
+	}
+	if haveContent {
+		return documentTable(t, cols)
+	}
+	return ordinaryTable(ctx, q, t, cols)
 }
 
-// deferredKeys reports whether table declares a deferred foreign key.
-func deferredKeys(ctx context.Context, q querier, table string) bool {
-	var def string
-	q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1`, table).Scan(&def)
-	return strings.Contains(strings.Join(strings.Fields(strings.ToUpper(def)), " "), "INITIALLY DEFERRED")
+// deferredKeys returns a table, table itself or one whose foreign keys
+// refer to it, that declares a foreign key DEFERRABLE INITIALLY DEFERRED
+// ("" if none).
+func deferredKeys(ctx context.Context, q querier, table string) (string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT m.name, m.sql FROM sqlite_master m WHERE m.type = 'table' AND m.sql IS NOT NULL
+	AND (m.name = ?1 OR EXISTS (SELECT 1 FROM pragma_foreign_key_list(m.name) f WHERE f."table" = ?1 COLLATE NOCASE))`, table)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			return "", err
+		}
+		if declaresDeferred(def) {
+			return name, nil
+		}
+	}
+	return "", rows.Err()
+}
+
+// declaresDeferred reports whether a CREATE TABLE statement declares a
+// constraint DEFERRABLE INITIALLY DEFERRED (not NOT DEFERRABLE ...): its
+// words outside comments, strings and quoted names.
+func declaresDeferred(def string) bool {
+	var words []string
+	var w strings.Builder
+	flush := func() {
+		if w.Len() > 0 {
+			words = append(words, strings.ToUpper(w.String()))
+			w.Reset()
+		}
+	}
+	for i := 0; i < len(def); i++ {
+		c := def[i]
+		switch {
+		case c == '-' && strings.HasPrefix(def[i:], "--"):
+			flush()
+			if j := strings.IndexByte(def[i:], '\n'); j >= 0 {
+				i += j
+			} else {
+				i = len(def)
+			}
+		case c == '/' && strings.HasPrefix(def[i:], "/*"):
+			flush()
+			if j := strings.Index(def[i+2:], "*/"); j >= 0 {
+				i += j + 3
+			} else {
+				i = len(def)
+			}
+		case c == '\'' || c == '"' || c == '`' || c == '[':
+			flush()
+			end := c
+			if c == '[' {
+				end = ']'
+			}
+			j := strings.IndexByte(def[i+1:], end)
+			if j < 0 {
+				return false
+			}
+			i += j + 1 // a doubled quote reads as two strings: no word either way
+			words = append(words, "")
+		case c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80:
+			w.WriteByte(c)
+		default:
+			flush()
+		}
+	}
+	flush()
+	for i := 0; i+2 < len(words); i++ {
+		if words[i] == "DEFERRABLE" && words[i+1] == "INITIALLY" && words[i+2] == "DEFERRED" && (i == 0 || words[i-1] != "NOT") {
+			return true
+		}
+	}
+	return false
 }
 
 // documentTable checks a table with a content column: id TEXT PRIMARY
