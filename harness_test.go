@@ -997,7 +997,7 @@ var harnessPaths = []string{"a", "b", "n.x", "n.y", "deleted_at"}
 
 // write performs one random app write on d and records it in m.
 func (m *model) write(rt *rapid.T, d *hdevice, label string) {
-	if k := rapid.IntRange(0, 5).Draw(rt, label+"table"); k < 2 {
+	if k := rapid.IntRange(0, 7).Draw(rt, label+"table"); k < 2 {
 		m.extraWrite(rt, d, label, k == 1)
 		return
 	}
