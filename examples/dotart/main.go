@@ -323,7 +323,11 @@ func (a *app) edit(ctx context.Context, id string) (int64, error) {
 		}
 		sum := crc32.ChecksumIEEE(prev.pixels)
 		next := dot{uuid: id, gen: prev.gen + 1, pixels: bytes.Clone(prev.pixels)}
-		next.pixels[sum%512] ^= 0xFF // the edit
+		// The edit: a stroke somewhere (as a user's own, unlike another
+		// device's edit of the same generation).
+		var stroke [3]byte
+		rand.Read(stroke[:])
+		next.pixels[(int(stroke[0])<<8|int(stroke[1]))%512] ^= stroke[2] | 1
 		entry := make([]byte, 16)
 		copy(entry, fmt.Sprintf("%08x%08x", prev.gen, sum))
 		next.lineage = append(bytes.Clone(prev.lineage), entry...)
