@@ -25,16 +25,22 @@ func conflicts(r Report) []string {
 func TestAppendOnlyRefusesChanges(t *testing.T) {
 	d := rowsDevice(t, "dev-a", NewMemoryRemote(), dotsSchema, dotsTable)
 	d.exec(`INSERT INTO dots VALUES ('A', 0, X'01', 1)`)
-	for _, stmt := range []string{`UPDATE dots SET crc32_u32 = 2`, `DELETE FROM dots`, `INSERT OR REPLACE INTO dots VALUES ('A', 0, X'02', 2)`} {
-		_, err := d.db.Exec(stmt)
-		if stmt[0] == 'I' {
-			// REPLACE deletes without the delete trigger: what it wrote
-			// is kept as the app's row, and the sync reports it below.
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), "table dots is append-only") {
+	d.sync()
+	for _, stmt := range []string{`UPDATE dots SET crc32_u32 = 2`, `DELETE FROM dots`} {
+		if _, err := d.db.Exec(stmt); err == nil || !strings.Contains(err.Error(), "table dots is append-only") {
 			t.Errorf("%s: err = %v, want the trigger's refusal naming the table", stmt, err)
 		}
+	}
+	// REPLACE deletes without the delete trigger, so nothing refuses it:
+	// the row it wrote is the app's, never sent, and the sync reports it
+	// as unlike the synced record.
+	d.exec(`INSERT OR REPLACE INTO dots VALUES ('A', 0, X'02', 2)`)
+	r := d.sync()
+	if got := conflicts(r); len(got) != 1 || r.Uploaded != "" {
+		t.Errorf("after REPLACE: conflicts %v, uploaded %q; want the row reported and nothing sent", got, r.Uploaded)
+	}
+	if got := d.rows(`SELECT hex(pixel_data), crc32_u32 FROM dots`); got != "02 | 2\n" {
+		t.Errorf("row %q, want the app's REPLACEd row kept", got)
 	}
 }
 

@@ -75,47 +75,61 @@ func BenchmarkCapture(b *testing.B) {
 					}
 				}
 			}
-			var syncedT, plainT time.Duration
-			write := func(db *sql.DB, iter int) time.Duration {
-				start := time.Now()
-				tx, err := db.Begin()
-				if err != nil {
-					b.Fatal(err)
-				}
-				for j := range bc.rows {
-					k := iter*bc.rows + j
-					if bc.update {
-						_, err = tx.Exec(`UPDATE notes SET content = jsonb(?), title = ? WHERE id = ?`, benchContent(k), "t", ids[k%len(ids)])
-					} else {
-						_, err = tx.Exec(`INSERT INTO notes (id, content, title) VALUES (?, jsonb(?), 'x')`, uuid.NewString(), benchContent(k))
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := tx.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				return time.Since(start)
-			}
-			for i := 0; b.Loop(); i++ {
+			before := func(i int) {
 				if bc.fresh || (bc.every > 0 && i%bc.every == 0) {
-					b.StopTimer()
 					synced.Exec(`DELETE FROM sync_pending_changes`)
-					b.StartTimer()
-				}
-				if i%2 == 0 { // alternate which goes first
-					plainT += write(plain, i)
-					syncedT += write(synced, i)
-				} else {
-					syncedT += write(synced, i)
-					plainT += write(plain, i)
 				}
 			}
-			b.ReportMetric(float64(syncedT)/float64(plainT), "x-unsynced")
-			b.ReportMetric(float64(syncedT.Nanoseconds())/float64(b.N*bc.rows), "ns/synced-row")
+			compareCapture(b, synced, plain, bc.rows, before, func(tx *sql.Tx, k int) (err error) {
+				if bc.update {
+					_, err = tx.Exec(`UPDATE notes SET content = jsonb(?), title = ? WHERE id = ?`, benchContent(k), "t", ids[k%len(ids)])
+				} else {
+					_, err = tx.Exec(`INSERT INTO notes (id, content, title) VALUES (?, jsonb(?), 'x')`, uuid.NewString(), benchContent(k))
+				}
+				return err
+			})
 		})
 	}
+}
+
+// compareCapture times write transactions of rows writes (write(tx, k),
+// k counting the writes) on a synced database and on a plain one,
+// interleaved and alternating which goes first, and reports their ratio.
+// before, if set, runs untimed before each pair.
+func compareCapture(b *testing.B, synced, plain *sql.DB, rows int, before func(i int), write func(tx *sql.Tx, k int) error) {
+	txn := func(db *sql.DB, iter int) time.Duration {
+		start := time.Now()
+		tx, err := db.Begin()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range rows {
+			if err := write(tx, iter*rows+j); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var syncedT, plainT time.Duration
+	for i := 0; b.Loop(); i++ {
+		if before != nil {
+			b.StopTimer()
+			before(i)
+			b.StartTimer()
+		}
+		if i%2 == 0 {
+			plainT += txn(plain, i)
+			syncedT += txn(synced, i)
+		} else {
+			syncedT += txn(synced, i)
+			plainT += txn(plain, i)
+		}
+	}
+	b.ReportMetric(float64(syncedT)/float64(plainT), "x-unsynced")
+	b.ReportMetric(float64(syncedT.Nanoseconds())/float64(b.N*rows), "ns/synced-row")
 }
 
 func openPlainDB(b *testing.B) *sql.DB {

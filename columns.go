@@ -86,30 +86,22 @@ func adoptRows(ctx context.Context, q querier, t *tableInfo) error {
 	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?1, %s FROM %s c`, t.keyExpr("c"), tbl), t.name); err != nil {
 		return err
 	}
-	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
-		return err
-	}
-	err := eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
-		if deleted {
-			return nil
-		}
-		_, ok, err := t.readRow(ctx, direct{q}, id)
-		if err != nil || ok {
+	return engineWrites(ctx, q, func() error {
+		return eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
+			if deleted {
+				return nil
+			}
+			_, ok, err := t.readRow(ctx, direct{q}, id)
+			if err != nil || ok {
+				return err
+			}
+			err = t.writeRow(ctx, direct{q}, id, data)
+			if refusal(err) {
+				_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, t.name, id)
+			}
 			return err
-		}
-		switch err := t.writeRow(ctx, direct{q}, id, data); {
-		case refusal(err):
-			_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, t.name, id)
-			return err
-		default:
-			return err
-		}
+		})
 	})
-	if err != nil {
-		return err
-	}
-	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
-	return err
 }
 
 // markEditedRows marks pending the rows of an ordinary table registered
@@ -264,82 +256,80 @@ func writeNewColumns(ctx context.Context, q querier, t *tableInfo, unregistered 
 		}
 	}
 	if before != "" && len(added) > 0 {
-		if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
-			return err
-		}
-		err := eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
-			if deleted {
-				return nil
-			}
-			var pending, kept bool
-			var base sql.NullString
-			if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2),
-	EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2),
-	(SELECT base FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&pending, &kept, &base); err != nil {
-				return err
-			}
-			if kept {
-				// The row shows base, not the synced record (the table
-				// refused it, or was not registered when it changed): the
-				// new columns take what base holds, which the next sync
-				// compares the row with.
-				if !base.Valid {
-					return nil
-				}
-				data, pending = base.String, true
-			}
-			v, err := jsonv.ParseObject([]byte(data), jsonv.Options{})
-			if err != nil {
-				return nil // reported when the record is next written
-			}
-			shown, ok, err := t.readRow(ctx, direct{q}, id)
-			if err != nil || !ok {
-				return err
-			}
-			row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
-			if err != nil {
-				return err
-			}
-			var set jsonv.Value
-			for _, f := range added {
-				m, ok := v.Get(f)
-				if !ok {
-					continue
-				}
-				if pending || unregistered {
-					d, constant := t.defaults[f]
-					if have, _ := row.Get(f); !constant || !jsonv.Equal(have, d) {
-						continue // the app's value
-					}
-				}
-				set.Members = append(set.Members, jsonv.Member{Key: f, Value: m})
-			}
-			if len(set.Members) == 0 {
-				return nil
-			}
-			sortMembers(set.Members)
-			key, err := t.decodeKey(id)
-			if err != nil {
-				return nil
-			}
-			// Not writeRow: an append-only row takes a new column's value
-			// as any other; its payload did not change.
-			switch err := t.upsertColumns(ctx, direct{q}, id, key, set); {
-			case refusal(err):
-				// The table refuses the record's values: the row keeps
-				// what it shows, and the next sync reports and retries it.
-				_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, t.name, id, shown)
-				return err
-			default:
-				return err
-			}
-		})
+		err := engineWrites(ctx, q, func() error { return t.writeColumns(ctx, q, added, unregistered) })
 		if err != nil {
-			return err
-		}
-		if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`); err != nil {
 			return err
 		}
 	}
 	return setMeta(ctx, q, key, now)
+}
+
+// writeColumns writes the synced values of the columns added into the
+// rows that show them (see writeNewColumns).
+func (t *tableInfo) writeColumns(ctx context.Context, q querier, added []string, unregistered bool) error {
+	return eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
+		if deleted {
+			return nil
+		}
+		var pending, kept bool
+		var base sql.NullString
+		if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2),
+	EXISTS (SELECT 1 FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2),
+	(SELECT base FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2)`, t.name, id).Scan(&pending, &kept, &base); err != nil {
+			return err
+		}
+		if kept {
+			// The row shows base, not the synced record (the table
+			// refused it, or was not registered when it changed): the
+			// new columns take what base holds, which the next sync
+			// compares the row with.
+			if !base.Valid {
+				return nil
+			}
+			data, pending = base.String, true
+		}
+		v, err := jsonv.ParseObject([]byte(data), jsonv.Options{})
+		if err != nil {
+			return nil // reported when the record is next written
+		}
+		shown, ok, err := t.readRow(ctx, direct{q}, id)
+		if err != nil || !ok {
+			return err
+		}
+		row, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
+		if err != nil {
+			return err
+		}
+		var set jsonv.Value
+		for _, f := range added {
+			m, ok := v.Get(f)
+			if !ok {
+				continue
+			}
+			if pending || unregistered {
+				d, constant := t.defaults[f]
+				if have, _ := row.Get(f); !constant || !jsonv.Equal(have, d) {
+					continue // the app's value
+				}
+			}
+			set.Members = append(set.Members, jsonv.Member{Key: f, Value: m})
+		}
+		if len(set.Members) == 0 {
+			return nil
+		}
+		sortMembers(set.Members)
+		key, err := t.decodeKey(id)
+		if err != nil {
+			return nil
+		}
+		// Not writeRow: an append-only row takes a new column's value
+		// as any other; its payload did not change.
+		err = t.upsertColumns(ctx, direct{q}, id, key, set)
+		if refusal(err) {
+			// The table refuses the record's values: the row keeps
+			// what it shows, and the next sync reports and retries it.
+			_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, t.name, id, shown)
+		}
+		return err
+	})
 }

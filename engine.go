@@ -344,28 +344,26 @@ WHERE u.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM sync_pending_changes p WHE
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
-		return err
-	}
-	for _, st := range states {
-		var err error
-		if st.deleted {
-			err = t.deleteRow(ctx, direct{q}, st.id)
-		} else {
-			err = t.writeRow(ctx, direct{q}, st.id, st.data)
+	return engineWrites(ctx, q, func() error {
+		for _, st := range states {
+			var err error
+			if st.deleted {
+				err = t.deleteRow(ctx, direct{q}, st.id)
+			} else {
+				err = t.writeRow(ctx, direct{q}, st.id, st.data)
+			}
+			switch {
+			case refusal(err):
+				continue // refused: the next sync tries again and reports it
+			case err != nil:
+				return err
+			}
+			if _, err := q.ExecContext(ctx, `DELETE FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2`, t.name, st.id); err != nil {
+				return err
+			}
 		}
-		switch {
-		case refusal(err):
-			continue // refused: the next sync tries again and reports it
-		case err != nil:
-			return err
-		}
-		if _, err := q.ExecContext(ctx, `DELETE FROM sync_unwritten WHERE table_name = ?1 AND record_id = ?2`, t.name, st.id); err != nil {
-			return err
-		}
-	}
-	_, err = q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
-	return err
+		return nil
+	})
 }
 
 // markEdited marks pending the rows of a table registered again that
@@ -416,18 +414,27 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 		cols = append(cols, quoteIdent(c))
 		vals = append(vals, projection("s.record_data", c))
 	}
+	return engineWrites(ctx, q, func() error {
+		insert := fmt.Sprintf(`INSERT OR IGNORE INTO %s (%s) SELECT %s FROM sync_states s
+WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`,
+			tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), tbl)
+		if _, err := q.ExecContext(ctx, insert, t.name); err != nil {
+			return err
+		}
+		refused := fmt.Sprintf(`INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) SELECT ?1, s.record_id FROM sync_states s
+WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`, tbl)
+		_, err := q.ExecContext(ctx, refused, t.name)
+		return err
+	})
+}
+
+// engineWrites runs fn with the capture triggers quiet, inside Open's
+// transaction: the rows it writes are the engine's, not the app's edits.
+func engineWrites(ctx context.Context, q querier, fn func() error) error {
 	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
 		return err
 	}
-	insert := fmt.Sprintf(`INSERT OR IGNORE INTO %s (%s) SELECT %s FROM sync_states s
-WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`,
-		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), tbl)
-	if _, err := q.ExecContext(ctx, insert, t.name); err != nil {
-		return err
-	}
-	refused := fmt.Sprintf(`INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) SELECT ?1, s.record_id FROM sync_states s
-WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`, tbl)
-	if _, err := q.ExecContext(ctx, refused, t.name); err != nil {
+	if err := fn(); err != nil {
 		return err
 	}
 	_, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)

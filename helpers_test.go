@@ -43,20 +43,27 @@ type device struct {
 
 func newDevice(t testing.TB, name string, remote Remote, schema ...string) *device {
 	t.Helper()
+	if len(schema) == 0 {
+		schema = []string{notesSchema}
+	}
+	return openDevice(t, testDSN, name, remote, schema, []Table{{Name: "notes"}})
+}
+
+// openDevice makes a device on a database opened with dsn, creates its
+// schema and opens an engine syncing tables.
+func openDevice(t testing.TB, dsn func(string) string, name string, remote Remote, schema []string, tables []Table) *device {
+	t.Helper()
 	d := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db"), remote: remote}
-	db, err := sql.Open("sqlite", testDSN(d.path))
+	db, err := sql.Open("sqlite", dsn(d.path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	d.db = db
-	if len(schema) == 0 {
-		schema = []string{notesSchema}
-	}
 	for _, s := range schema {
 		d.exec(s)
 	}
-	d.cfg = Config{Remote: remote, Tables: []Table{{Name: "notes"}}, DeviceID: name, TempDir: t.TempDir()}
+	d.cfg = Config{Remote: remote, Tables: tables, DeviceID: name, TempDir: t.TempDir()}
 	d.open()
 	return d
 }

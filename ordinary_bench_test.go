@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -54,40 +53,14 @@ func BenchmarkCaptureOrdinary(b *testing.B) {
 					}
 				}
 			}
-			write := func(db *sql.DB, iter int) time.Duration {
-				start := time.Now()
-				tx, err := db.Begin()
-				if err != nil {
-					b.Fatal(err)
-				}
-				for j := range bc.rows {
-					k := iter*bc.rows + j
-					if bc.update {
-						_, err = tx.Exec(`UPDATE dots SET title = ?, acquired_at = ? WHERE uuid = ? AND gen = 0`, "t", k, ids[k%len(ids)])
-					} else {
-						_, err = tx.Exec(`INSERT INTO dots VALUES (?, ?, ?, 'x', ?)`, uuid.NewString(), k, pixels, k)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := tx.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				return time.Since(start)
-			}
-			var syncedT, plainT time.Duration
-			for i := 0; b.Loop(); i++ {
-				if i%2 == 0 {
-					plainT += write(plain, i)
-					syncedT += write(synced, i)
+			compareCapture(b, synced, plain, bc.rows, nil, func(tx *sql.Tx, k int) (err error) {
+				if bc.update {
+					_, err = tx.Exec(`UPDATE dots SET title = ?, acquired_at = ? WHERE uuid = ? AND gen = 0`, "t", k, ids[k%len(ids)])
 				} else {
-					syncedT += write(synced, i)
-					plainT += write(plain, i)
+					_, err = tx.Exec(`INSERT INTO dots VALUES (?, ?, ?, 'x', ?)`, uuid.NewString(), k, pixels, k)
 				}
-			}
-			b.ReportMetric(float64(syncedT)/float64(plainT), "x-unsynced")
-			b.ReportMetric(float64(syncedT.Nanoseconds())/float64(b.N*bc.rows), "ns/synced-row")
+				return err
+			})
 		})
 	}
 }

@@ -32,19 +32,10 @@ func rowsDevice(t testing.TB, name string, remote Remote, schema string, tables 
 // rowsDeviceOn is rowsDevice with the DSN dsn gives for its file.
 func rowsDeviceOn(t testing.TB, dsn func(string) string, name string, remote Remote, schema string, tables ...Table) *device {
 	t.Helper()
-	d := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db"), remote: remote}
-	db, err := sql.Open("sqlite", dsn(d.path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	d.db = db
-	d.exec(schema)
-	d.cfg = Config{Remote: remote, Tables: tables, DeviceID: name, TempDir: t.TempDir()}
+	d := openDevice(t, dsn, name, remote, []string{schema}, tables)
 	for _, tb := range tables {
 		d.dumped = append(d.dumped, tb.Name)
 	}
-	d.open()
 	return d
 }
 

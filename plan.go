@@ -182,13 +182,14 @@ func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows,
 		r.keyErr = fmt.Errorf("key %q is TEXT that is not valid UTF-8: give the row a key in UTF-8 (or a BLOB)", r.id)
 		return nil
 	}
-	if _, err := t.decodeKey(r.id); err != nil {
+	key, err := t.decodeKey(r.id)
+	if err != nil {
 		// No row can have this id (a record another device named): there
 		// is nothing of the app's to send.
 		r.noKey = true
 		return nil
 	}
-	text, ok, err := t.readRow(ctx, run, r.id)
+	text, ok, err := t.readKey(ctx, run, key)
 	if err != nil {
 		return err
 	}

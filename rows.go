@@ -121,24 +121,27 @@ func (t *tableInfo) keyRefusal() string {
 
 // decodeKey returns the values of record id's key columns, or a rowError.
 func (t *tableInfo) decodeKey(id string) ([]any, error) {
+	notKey := func() ([]any, error) {
+		return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+	}
 	vals := make([]any, 0, len(t.keys))
 	rest := id
 	for i := range t.keys {
 		if i > 0 {
-			if !strings.HasPrefix(rest, ",") {
-				return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+			var ok bool
+			if rest, ok = strings.CutPrefix(rest, ","); !ok {
+				return notKey()
 			}
-			rest = rest[1:]
 		}
 		v, n, ok := quotedValue(rest)
 		if !ok {
-			return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+			return notKey()
 		}
 		vals = append(vals, v)
 		rest = rest[n:]
 	}
 	if rest != "" || encodeKey(vals) != id {
-		return nil, rowErrorf("record id %q is not a key of table %s (%s)", id, t.name, strings.Join(t.keys, ", "))
+		return notKey()
 	}
 	// A value the key column's affinity would convert ('0' in an INTEGER
 	// column, 7 in a TEXT one) is no key a row of this table can have: it
@@ -360,6 +363,11 @@ func (t *tableInfo) readRow(ctx context.Context, r runner, id string) (text stri
 	if err != nil {
 		return "", false, nil // no row of this table can have it
 	}
+	return t.readKey(ctx, r, key)
+}
+
+// readKey is readRow for an ordinary table's row of key, decoded.
+func (t *tableInfo) readKey(ctx context.Context, r runner, key []any) (text string, ok bool, err error) {
 	vals := make([]any, 2*len(t.fields)+1)
 	dest := make([]any, len(vals))
 	for i := range vals {
@@ -491,10 +499,7 @@ func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
 	return r.exec(ctx, t.deleteSQL, key...)
 }
 
-func (t *tableInfo) hasField(col string) bool {
-	_, ok := t.fieldIndex[col]
-	return ok
-}
+func (t *tableInfo) hasField(col string) bool { return t.fieldSet[col] }
 
 // rowRecord returns the record an ordinary row stands for, given state,
 // the record it showed (nil: none): its columns, with two exceptions that
@@ -551,9 +556,9 @@ func (t *tableInfo) ordinarySQL() {
 	}
 	t.readSQL = fmt.Sprintf("SELECT %s FROM %s c WHERE %s", t.selectFields("c"), tbl, strings.Join(where, " AND "))
 	t.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
-	t.fieldIndex = map[string]int{}
-	for i, f := range t.fields {
-		t.fieldIndex[f] = i
+	t.fieldSet = map[string]bool{}
+	for _, f := range t.fields {
+		t.fieldSet[f] = true
 	}
 	t.upserts = map[string]string{}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -61,20 +62,12 @@ func (t *tableInfo) ruleMember(col string, v jsonv.Value, have *jsonv.Value) (me
 	if t.rules[col] != MergeMax || v.IsObject() {
 		return v, false // already the record's form
 	}
-	key := string(v.Leaf)
-	switch {
-	case have == nil:
-		return jsonv.Value{Members: []jsonv.Member{{Key: key, Value: trueLeaf}}}, false
-	case !have.IsObject():
-		// Written by a device without the rule: one value.
-		if jsonv.Equal(*have, v) {
-			return *have, false
-		}
-		if c, ok := compareLeaves(v, *have); ok && c > 0 {
-			return jsonv.Value{Members: []jsonv.Member{{Key: key, Value: trueLeaf}}}, false
-		}
-		return *have, true
+	added := jsonv.Member{Key: string(v.Leaf), Value: trueLeaf}
+	if have == nil {
+		return jsonv.Value{Members: []jsonv.Member{added}}, false
 	}
+	// The value the record shows; a leaf (written by a device without the
+	// rule) is one value, which a larger one replaces.
 	top, ok := t.ruleValue(col, *have)
 	switch {
 	case !ok:
@@ -82,12 +75,16 @@ func (t *tableInfo) ruleMember(col string, v jsonv.Value, have *jsonv.Value) (me
 	case jsonv.Equal(top, v):
 		return *have, false
 	}
-	if c, ok := compareLeaves(v, top); ok && c > 0 {
-		out := jsonv.Value{Members: append(append([]jsonv.Member{}, have.Members...), jsonv.Member{Key: key, Value: trueLeaf})}
-		sortMembers(out.Members)
-		return out, false
+	if c, ok := compareLeaves(v, top); !ok || c <= 0 {
+		return *have, true
 	}
-	return *have, true
+	var kept []jsonv.Member
+	if have.IsObject() {
+		kept = have.Members
+	}
+	out := jsonv.Value{Members: append(slices.Clone(kept), added)}
+	sortMembers(out.Members)
+	return out, false
 }
 
 // ruleValue returns the leaf that column col shows for member m of its

@@ -190,7 +190,7 @@ type tableInfo struct {
 	keys       []string               // an ordinary table's key columns, in key order
 	keyTypes   []byte                 // their affinity: 'i' INTEGER or NUMERIC, 't' TEXT, 'b' none
 	fields     []string               // its other columns, each a member of the record
-	fieldIndex map[string]int         // fields by name
+	fieldSet   map[string]bool        // fields by name
 	defaults   map[string]jsonv.Value // the constant defaults of fields (see rowRecord)
 	rules      map[string]MergeRule   // the fields' merge rules, if not the last writer
 	appendOnly bool                   // rows are immutable once written
@@ -407,8 +407,8 @@ func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tab
 		return nil, fmt.Errorf("drivesync: table %s has no PRIMARY KEY: a synced table needs one whose values all devices share, such as a TEXT column of UUIDs or a composite key like (uuid, gen)", t.Name)
 	}
 	slices.SortFunc(keys, func(a, b column) int { return a.pk - b.pk })
-	var strict bool
-	if err := q.QueryRowContext(ctx, `SELECT strict FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.Name).Scan(&strict); err != nil {
+	var strict, withoutRowid bool
+	if err := q.QueryRowContext(ctx, `SELECT strict, wr FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.Name).Scan(&strict, &withoutRowid); err != nil {
 		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
 	}
 	for _, k := range keys {
@@ -446,14 +446,8 @@ WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY'`, t.Name)
 		return nil, err
 	}
 	rows.Close()
-	if len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !t.UniqueIntegerKey {
-		var withoutRowid bool
-		if err := q.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.Name).Scan(&withoutRowid); err != nil {
-			return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
-		}
-		if !withoutRowid {
-			return nil, fmt.Errorf("drivesync: table %s: %s INTEGER PRIMARY KEY is SQLite's rowid, numbered 1, 2, 3… on each device, so two devices would create different records under one key: use a TEXT key of UUIDs, or a composite key such as (uuid, gen); if the app itself assigns integers unique across devices, set Table.UniqueIntegerKey", t.Name, keys[0].name)
-		}
+	if len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !t.UniqueIntegerKey && !withoutRowid {
+		return nil, fmt.Errorf("drivesync: table %s: %s INTEGER PRIMARY KEY is SQLite's rowid, numbered 1, 2, 3… on each device, so two devices would create different records under one key: use a TEXT key of UUIDs, or a composite key such as (uuid, gen); if the app itself assigns integers unique across devices, set Table.UniqueIntegerKey", t.Name, keys[0].name)
 	}
 	ti.ordinarySQL()
 	ti.appendOnly = t.AppendOnly
