@@ -101,6 +101,10 @@ type RemoteFile struct {
 	Size int64  // size in bytes, or -1 if the remote does not know it
 }
 
+// CheckRemoteName reports why name is not a valid Remote file name, for
+// Remotes outside this package, which must apply the same rules.
+func CheckRemoteName(name string) error { return checkRemoteName(name) }
+
 // checkRemoteName reports why name is not a valid Remote file name. The rules
 // are those of the strictest Remote, a shared folder: a name must stay inside
 // the root, mean the same path on every OS, and start no element with "."
