@@ -18,6 +18,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,8 @@ type Options struct {
 	// Drive remote's do; zero means 100 ms, 30 s and 8.
 	MinSleep, MaxSleep time.Duration
 	MaxAttempts        int
+	// TempDir holds uploads while they are sent; empty means os.TempDir().
+	TempDir string
 }
 
 // Remote is a drivesync.Remote on one bucket (and prefix).
@@ -108,7 +111,7 @@ func (r *Remote) checkConditionalCreate(ctx context.Context) error {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range errs {
-		wg.Go(func() { errs[i] = r.put(ctx, key, []byte{byte(i)}) })
+		wg.Go(func() { errs[i] = r.put(ctx, key, bytes.NewReader([]byte{byte(i)}), 1) })
 	}
 	wg.Wait()
 	defer r.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + key)})
@@ -187,31 +190,75 @@ func (r *Remote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	return out.Body, nil
 }
 
-// Create stores content under name unless an object has it.
+// Create stores content under name unless an object has it. Content is
+// spooled to a temp file first (unless it is one already): a request is
+// signed over its body and may be sent again, and a snapshot may be far
+// larger than memory should hold.
 func (r *Remote) Create(ctx context.Context, name string, content io.Reader) error {
 	if err := drivesync.CheckRemoteName(name); err != nil {
 		return fmt.Errorf("s3remote: create: %w", err)
 	}
-	data, err := io.ReadAll(content)
+	f, size, done, err := r.spool(content)
 	if err != nil {
-		return fmt.Errorf("s3remote: create %s: read content: %w", name, err)
+		return fmt.Errorf("s3remote: create %s: %w", name, err)
 	}
-	if err := r.put(ctx, name, data); err != nil {
+	defer done()
+	if err := r.put(ctx, name, f, size); err != nil {
 		return r.fail("create", name, err)
 	}
 	return nil
 }
 
-// put creates key (under the prefix) with If-None-Match: *, retrying a
-// conflict of two racing conditional creates (409 ConditionalRequestConflict)
-// as AWS asks.
-func (r *Remote) put(ctx context.Context, key string, data []byte) error {
+// spool returns content as a file to read from its start, its size, and
+// what to call once done with it.
+func (r *Remote) spool(content io.Reader) (io.ReadSeeker, int64, func(), error) {
+	if rs, ok := content.(io.ReadSeeker); ok {
+		if pos, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			if end, err := rs.Seek(0, io.SeekEnd); err == nil {
+				return io.NewSectionReader(readerAt{rs}, pos, end-pos), end - pos, func() {}, nil
+			}
+		}
+	}
+	f, err := os.CreateTemp(r.opts.TempDir, "drivesync-s3-*")
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	done := func() {
+		f.Close()
+		os.Remove(f.Name())
+	}
+	size, err := io.Copy(f, content)
+	if err != nil {
+		done()
+		return nil, 0, nil, fmt.Errorf("read content: %w", err)
+	}
+	return f, size, done, nil
+}
+
+// readerAt reads a ReadSeeker at offsets, for a SectionReader (one reader
+// at a time: the requests of one Create are sent one after another).
+type readerAt struct{ rs io.ReadSeeker }
+
+func (r readerAt) ReadAt(p []byte, off int64) (int, error) {
+	if _, err := r.rs.Seek(off, io.SeekStart); err != nil {
+		return 0, err
+	}
+	return io.ReadFull(r.rs, p)
+}
+
+// put creates key (under the prefix) from body with If-None-Match: *,
+// retrying a conflict of two racing conditional creates (409
+// ConditionalRequestConflict) as AWS asks.
+func (r *Remote) put(ctx context.Context, key string, body io.ReadSeeker, size int64) error {
 	return r.call(ctx, func() error {
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
 		_, err := r.client.PutObject(ctx, &s3.PutObjectInput{
 			Bucket:        &r.bucket,
 			Key:           aws.String(r.prefix + key),
-			Body:          bytes.NewReader(data),
-			ContentLength: aws.Int64(int64(len(data))),
+			Body:          body,
+			ContentLength: aws.Int64(size),
 			IfNoneMatch:   aws.String("*"),
 		}, r.noteDate)
 		if status(err) == http.StatusPreconditionFailed {

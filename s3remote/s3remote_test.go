@@ -3,6 +3,7 @@ package s3remote
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -68,38 +69,57 @@ func minioBinary() (string, error) {
 	return bin, nil
 }
 
+// server is the MinIO process the tests share.
+var server struct {
+	bin, addr, data string
+	cmd             *exec.Cmd
+}
+
 func startMinio(bin string) (stop func(), err error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
+	server.addr = l.Addr().String()
 	l.Close()
-	data, err := os.MkdirTemp("", "drivesync-minio-")
-	if err != nil {
+	if server.data, err = os.MkdirTemp("", "drivesync-minio-"); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "server", data, "--address", addr, "--console-address", "127.0.0.1:0", "--quiet")
+	server.bin = bin
+	endpoint = "http://" + server.addr
+	if err := runMinio(); err != nil {
+		return nil, err
+	}
+	return func() {
+		stopMinio()
+		os.RemoveAll(server.data)
+	}, nil
+}
+
+// runMinio starts the server on its address and data, and waits until it
+// answers.
+func runMinio() error {
+	cmd := exec.Command(server.bin, "server", server.data, "--address", server.addr, "--console-address", "127.0.0.1:0", "--quiet")
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER=drivesync", "MINIO_ROOT_PASSWORD=drivesync-secret", "MINIO_BROWSER=off")
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	stop = func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		os.RemoveAll(data)
-	}
-	endpoint = "http://" + addr
+	server.cmd = cmd
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(endpoint + "/minio/health/live"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return stop, nil
+				return nil
 			}
 		}
 	}
-	stop()
-	return nil, fmt.Errorf("no answer on %s", addr)
+	stopMinio()
+	return fmt.Errorf("no answer on %s", server.addr)
+}
+
+func stopMinio() {
+	server.cmd.Process.Kill()
+	server.cmd.Wait()
 }
 
 func newClient() *s3.Client {
@@ -177,5 +197,58 @@ func TestTwoDevicesSync(t *testing.T) {
 		if err := db.QueryRow(`SELECT count(*) FROM items WHERE (id, title, quote(data)) IN (VALUES ('x', 'from a', 'X''00FF'''), ('y', 'from b', 'NULL'))`).Scan(&n); err != nil || n != 2 {
 			t.Errorf("rows %d (%v), want both devices' rows", n, err)
 		}
+	}
+}
+
+// The server stops while devices sync: a sync fails with ErrRemote and
+// loses nothing; once the server is back, the next one completes.
+func TestServerRestart(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	open := func(name string) (*sql.DB, *drivesync.Engine) {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		if _, err := db.Exec(`CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT)`); err != nil {
+			t.Fatal(err)
+		}
+		r, err := New(ctx, newClient(), bucket, Options{MinSleep: time.Millisecond, MaxSleep: 10 * time.Millisecond, MaxAttempts: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := drivesync.Open(ctx, db, drivesync.Config{Remote: r, Tables: []drivesync.Table{{Name: "items"}}, DeviceID: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, eng
+	}
+	a, ea := open("dev-a")
+	b, eb := open("dev-b")
+	for i, e := range []*drivesync.Engine{ea, eb} {
+		if _, err := e.Sync(ctx); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	a.Exec(`INSERT INTO items VALUES ('x', 'written while the server is down')`)
+	stopMinio()
+	_, err := ea.Sync(ctx)
+	if !errors.Is(err, drivesync.ErrRemote) {
+		t.Errorf("sync with the server down: %v, want ErrRemote", err)
+	}
+	if err := runMinio(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		for _, e := range []*drivesync.Engine{ea, eb} {
+			if _, err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var title string
+	if err := b.QueryRow(`SELECT title FROM items WHERE id = 'x'`).Scan(&title); err != nil {
+		t.Errorf("b: %v: the write made while the server was down did not arrive", err)
 	}
 }
