@@ -433,6 +433,23 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
+// boundFor is how far the decoder may read for one value of a file whose
+// records may take maxRecord bytes: twice that (JSON escapes) and some
+// room for the members around it. An unbounded maxRecord (math.MaxInt64,
+// for the device's own files) stays unbounded instead of overflowing.
+func boundFor(maxRecord int64) int64 {
+	return addCapped(addCapped(maxRecord, maxRecord), 64<<10)
+}
+
+// addCapped is a+b for non-negative a and b, or math.MaxInt64 where that
+// overflows.
+func addCapped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // valueLimiter fails reads past limit, a position in the stream that the
 // decoder moves forward value by value.
 type valueLimiter struct {
@@ -499,8 +516,8 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 	// json.Decoder buffers a whole value: bound each change (and each
 	// unknown member) to what a record may take, so that one huge change
 	// cannot make the decoder hold the whole file.
-	valueBound := 2*maxRecord + 64<<10
-	bound := func() { values.limit = dec.InputOffset() + valueBound }
+	valueBound := boundFor(maxRecord)
+	bound := func() { values.limit = addCapped(dec.InputOffset(), valueBound) }
 	if err := expectDelim(dec, '{'); err != nil {
 		return err
 	}

@@ -268,8 +268,8 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 	values := &valueLimiter{r: &limitedReader{r: gz, n: l.MaxSnapshotSize, what: "uncompressed content"}, limit: math.MaxInt64}
 	dec := json.NewDecoder(values)
 	dec.UseNumber()
-	valueBound := 4*maxRecord + 64<<10 // content and clock
-	bound := func() { values.limit = dec.InputOffset() + valueBound }
+	valueBound := addCapped(boundFor(maxRecord), addCapped(maxRecord, maxRecord)) // content and clock
+	bound := func() { values.limit = addCapped(dec.InputOffset(), valueBound) }
 	if err := expectDelim(dec, '{'); err != nil {
 		return h, err
 	}
