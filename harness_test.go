@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,29 +86,76 @@ func TestMain(m *testing.M) {
 }
 
 func TestSchedules(t *testing.T) {
-	runSchedules(t, *schedules, 2000, 100, false)
+	runSchedules(t, *schedules, 2000, 100, backend{})
 }
 
 // TestSchedulesOverDrive runs the schedules with every device on its own
 // DriveRemote, over one fake Drive server that also fails HTTP requests
 // (rate limits, server errors, connections reset mid-body).
 func TestSchedulesOverDrive(t *testing.T) {
-	runSchedules(t, *driveSchedules, 200, 100, true)
+	runSchedules(t, *driveSchedules, 200, 100, backend{drive: true})
+}
+
+// HarnessBackend is a remote that the schedules can run over from the
+// external test package, which may import remotes that import this
+// package (s3remote): RunSchedulesOver.
+type HarnessBackend struct {
+	Name string // counted as "schedules over <Name>"
+	// NewStore makes an empty store for one schedule.
+	NewStore func() (HarnessStore, error)
+}
+
+// HarnessStore is one schedule's store on a HarnessBackend. Its server
+// keeps its own clock, which the harness cannot set: the devices see it
+// shifted to the schedule's clock (see harnessRemote.shift).
+type HarnessStore interface {
+	// Open returns a new device's Remote on the store.
+	Open() (Remote, error)
+	// Fault, called before each step while faults are on, may inject a
+	// fault into the devices' requests (drawing from rng), and names it.
+	Fault(rng *rand.Rand) string
+	// ClearFaults ends the injected faults, for quiescence.
+	ClearFaults()
+}
+
+// RunSchedulesOver runs n schedules (0: 100, or none under -race) over
+// an external backend.
+func RunSchedulesOver(t *testing.T, n int, b *HarnessBackend) {
+	if n == 0 && raceEnabled {
+		t.Skipf("schedules over %s run without -race (CI's harness step); under -race, ask for them with a count", b.Name)
+	}
+	runSchedules(t, n, 100, 100, backend{ext: b})
+}
+
+// backend is the remote of a run's schedules: the MemoryRemote (shared
+// by the devices, with a virtual clock), the fake Drive server, or an
+// external one.
+type backend struct {
+	drive bool
+	ext   *HarnessBackend
 }
 
 // runSchedules runs n schedules (rounded up to whole batches of rapid's
-// 100 checks), batches in parallel.
-func runSchedules(t *testing.T, n, full, underRace int, overDrive bool) {
+// checks), batches in parallel.
+func runSchedules(t *testing.T, n, full, underRace int, b backend) {
 	if n == 0 {
 		n = full
 		if raceEnabled {
 			n = underRace // the race detector slows SQLite ~10x; CI runs the full count without it
 		}
 	}
-	for batch := 0; batch*100 < n; batch++ {
+	// A batch is one rapid.Check: as many schedules as -rapid.checks
+	// (100 unless set).
+	size := 100
+	if f := flag.Lookup("rapid.checks"); f != nil {
+		if c, err := strconv.Atoi(f.Value.String()); err == nil && c > 0 {
+			size = c
+		}
+	}
+	for batch := 0; batch*size < n; batch++ {
 		t.Run(fmt.Sprint("batch", batch), func(t *testing.T) {
 			t.Parallel()
-			rapid.Check(t, func(rt *rapid.T) { runSchedule(t, rt, overDrive) })
+			rapid.Check(t, func(rt *rapid.T) { runSchedule(t, rt, b) })
 		})
 	}
 }
@@ -137,6 +185,7 @@ type harnessRemote struct {
 type world struct {
 	mem    *MemoryRemote
 	drive  *drivefake.Server // set when the devices use Drive
+	ext    HarnessStore      // set when the devices use an external backend
 	rng    *rand.Rand
 	mu     sync.Mutex
 	faults bool
@@ -244,6 +293,9 @@ func (r *harnessRemote) List(ctx context.Context, since time.Time) ([]RemoteFile
 	}
 	if r.w.folder {
 		since = time.Time{}
+	}
+	if !since.IsZero() {
+		since = since.Add(-r.w.shift())
 	}
 	files, err := r.base.List(ctx, since)
 	if err != nil {
@@ -422,7 +474,20 @@ func (r *harnessRemote) crash(point string) {
 
 func (r *harnessRemote) Now(ctx context.Context) (time.Time, error) {
 	now, err := r.base.Now(ctx)
-	return now.Add(r.skew), err
+	return now.Add(r.skew + r.w.shift()), err
+}
+
+// shift is how far the schedule's clock is ahead of an external server's
+// (zero for the other backends, whose clocks are the schedule's). The
+// devices read the server's clock shifted, and List's since is shifted
+// back; w.start is never before the real time, so the shift is never
+// negative, and the file names (by the shifted clock) sort no earlier
+// than the server's own times of the files.
+func (w *world) shift() time.Duration {
+	if w.ext == nil {
+		return 0
+	}
+	return w.start.Sub(w.began) + time.Duration(w.offset.Load())
 }
 
 // hdevice is one simulated device of a schedule.
@@ -1042,6 +1107,13 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 		written = map[string]string{"a": val + "a", "b": val + "b", "n.x": val + "x", "n.y": "", "deleted_at": ""}
 	default: // one field
 		p := rapid.SampledFrom(harnessPaths).Draw(rt, label+"path")
+		if d.remote.w.limits == (Limits{}) && rapid.IntRange(0, 24).Draw(rt, label+"large") == 0 {
+			// Larger than the 64 KiB a decoder allows around a value:
+			// a device's own file, decoded again when it recovers its
+			// outbox, once failed on such a value for good.
+			val += strings.Repeat("~", 80<<10)
+			count("write: a value over 64 KiB")
+		}
 		d.setPath(rt, id, p, val)
 		written[p] = val
 		if m.lastEvent(id).device != d.name && m.lastEvent(id).deleted {
@@ -1098,7 +1170,7 @@ func (m *model) checkCreates(rt *rapid.T, d *hdevice) {
 	}
 }
 
-func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
+func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 	count("schedules")
 	dir, err := os.MkdirTemp("", "drivesync-harness")
 	if err != nil {
@@ -1117,7 +1189,14 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 	// device compacts with a retention of hours.
 	monthEnd := time.Date(2026, time.Month(rapid.IntRange(1, 12).Draw(rt, "month")+1), 1, 0, 0, 0, 0, time.UTC)
 	w.start = monthEnd.Add(-time.Duration(rapid.IntRange(1, 30*24).Draw(rt, "hoursToMonthEnd")) * time.Hour)
-	w.began, w.virtual = time.Now(), !overDrive
+	w.began, w.virtual = time.Now(), !b.drive && b.ext == nil
+	if b.ext != nil {
+		// An external server's clock is the real one: the schedule's
+		// starts after it (see shift).
+		for w.start.Before(w.began) {
+			w.start = w.start.AddDate(1, 0, 0)
+		}
+	}
 	w.tick = time.Millisecond
 	if rapid.IntRange(0, 3).Draw(rt, "fastClock") == 0 {
 		w.tick = time.Microsecond
@@ -1145,11 +1224,17 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			count("schedules where dev-0's table CHECKs values of others")
 		}
 	}
-	if overDrive {
+	switch {
+	case b.drive:
 		count("schedules over Drive")
 		w.drive = drivefake.New(t) // Drive's clock is shared: no skew
 		w.drive.SetClock(w.now)
-	} else {
+	case b.ext != nil:
+		count("schedules over " + b.ext.Name)
+		if w.ext, err = b.ext.NewStore(); err != nil {
+			rt.Fatal(err)
+		}
+	default:
 		w.folder = rapid.Bool().Draw(rt, "folder")
 	}
 	var devs []*hdevice
@@ -1178,7 +1263,20 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 			}
 		}
 		var base Remote = w.mem
-		if overDrive {
+		if b.ext != nil {
+			// A device that joins mid-schedule may meet faults queued
+			// for the others: it tries again, as an app would.
+			var err error
+			for range 10 {
+				if base, err = w.ext.Open(); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if b.drive {
 			ctx := context.Background()
 			// A device that joins mid-schedule may meet the HTTP faults
 			// queued for the others: it tries again, as an app would.
@@ -1250,6 +1348,14 @@ func runSchedule(t *testing.T, rt *rapid.T, overDrive bool) {
 		if w.drive != nil && w.rng.Float64() < 0.3 {
 			w.drive.Fail(driveFaults[w.rng.IntN(len(driveFaults))])
 			count("fault drive http")
+		}
+		if w.ext != nil {
+			w.mu.Lock()
+			kind := w.ext.Fault(w.rng)
+			w.mu.Unlock()
+			if kind != "" {
+				count("fault " + kind)
+			}
 		}
 		switch rapid.IntRange(0, 18).Draw(rt, "action") {
 		case 0, 1, 2, 3:
@@ -1368,6 +1474,9 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 	// Quiescence: no faults, every file visible, sync until nothing moves.
 	if w.drive != nil {
 		w.drive.ClearFaults()
+	}
+	if w.ext != nil {
+		w.ext.ClearFaults()
 	}
 	w.mu.Lock()
 	w.faults = false

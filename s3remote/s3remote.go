@@ -13,6 +13,8 @@ package s3remote
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -54,7 +56,18 @@ type Options struct {
 	MaxAttempts        int
 	// TempDir holds uploads while they are sent; empty means os.TempDir().
 	TempDir string
+	// PartSize: a file larger than this (a big snapshot) is uploaded in
+	// parts of this size, a request each; zero means 64 MiB, and S3
+	// takes no part under 5 MiB.
+	PartSize int64
 }
+
+// The sizes S3 takes: a part of a multipart upload is at least 5 MiB
+// (but the last), and an upload has at most 10,000 parts.
+const (
+	minPartSize = 5 << 20
+	maxParts    = 10000
+)
 
 // Remote is a drivesync.Remote on one bucket (and prefix).
 type Remote struct {
@@ -93,6 +106,10 @@ func New(ctx context.Context, client *s3.Client, bucket string, opts Options) (*
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 8
 	}
+	if opts.PartSize <= 0 {
+		opts.PartSize = 64 << 20
+	}
+	opts.PartSize = max(opts.PartSize, minPartSize)
 	r := &Remote{client: client, bucket: bucket, prefix: opts.Prefix, opts: opts,
 		pacer: pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts)}
 	if _, err := r.Now(ctx); err != nil {
@@ -111,7 +128,7 @@ func (r *Remote) checkConditionalCreate(ctx context.Context) error {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range errs {
-		wg.Go(func() { errs[i] = r.put(ctx, key, bytes.NewReader([]byte{byte(i)}), 1) })
+		wg.Go(func() { errs[i] = r.put(ctx, key, io.NewSectionReader(bytes.NewReader([]byte{byte(i)}), 0, 1)) })
 	}
 	wg.Wait()
 	defer r.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + key)})
@@ -143,7 +160,10 @@ func (r *Remote) Identity(ctx context.Context) (string, error) {
 }
 
 // List returns the store's objects last modified at or after since (to
-// the second the server keeps), and every object for a zero since.
+// the second the server keeps), and every object for a zero since: one
+// request per thousand objects of the store. It does not skip keys by
+// name (StartAfter): a Remote lists by when files were created, whatever
+// their names say, and compaction deletes the files a snapshot holds.
 func (r *Remote) List(ctx context.Context, since time.Time) ([]drivesync.RemoteFile, error) {
 	in := &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: aws.String(r.prefix)}
 	cutoff := since.Truncate(time.Second).Add(-time.Second)
@@ -151,7 +171,7 @@ func (r *Remote) List(ctx context.Context, since time.Time) ([]drivesync.RemoteF
 	for {
 		var page *s3.ListObjectsV2Output
 		err := r.call(ctx, func() (err error) {
-			page, err = r.client.ListObjectsV2(ctx, in, r.noteDate)
+			page, err = r.client.ListObjectsV2(ctx, in, r.each)
 			return err
 		})
 		if err != nil {
@@ -181,7 +201,7 @@ func (r *Remote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	}
 	var out *s3.GetObjectOutput
 	err := r.call(ctx, func() (err error) {
-		out, err = r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + name)}, r.noteDate)
+		out, err = r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + name)}, r.each)
 		return err
 	})
 	if err != nil {
@@ -193,35 +213,41 @@ func (r *Remote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 // Create stores content under name unless an object has it. Content is
 // spooled to a temp file first (unless it is one already): a request is
 // signed over its body and may be sent again, and a snapshot may be far
-// larger than memory should hold.
+// larger than memory should hold. A file larger than Options.PartSize
+// goes in parts, and only the upload's completion is conditional.
 func (r *Remote) Create(ctx context.Context, name string, content io.Reader) error {
 	if err := drivesync.CheckRemoteName(name); err != nil {
 		return fmt.Errorf("s3remote: create: %w", err)
 	}
-	f, size, done, err := r.spool(content)
+	body, done, err := r.spool(content)
 	if err != nil {
 		return fmt.Errorf("s3remote: create %s: %w", name, err)
 	}
 	defer done()
-	if err := r.put(ctx, name, f, size); err != nil {
+	if body.Size() > r.opts.PartSize {
+		err = r.putParts(ctx, name, body)
+	} else {
+		err = r.put(ctx, name, body)
+	}
+	if err != nil {
 		return r.fail("create", name, err)
 	}
 	return nil
 }
 
-// spool returns content as a file to read from its start, its size, and
-// what to call once done with it.
-func (r *Remote) spool(content io.Reader) (io.ReadSeeker, int64, func(), error) {
+// spool returns content as a reader of its bytes from its start, and what
+// to call once done with it.
+func (r *Remote) spool(content io.Reader) (*io.SectionReader, func(), error) {
 	if rs, ok := content.(io.ReadSeeker); ok {
 		if pos, err := rs.Seek(0, io.SeekCurrent); err == nil {
 			if end, err := rs.Seek(0, io.SeekEnd); err == nil {
-				return io.NewSectionReader(readerAt{rs}, pos, end-pos), end - pos, func() {}, nil
+				return io.NewSectionReader(readerAt{rs}, pos, end-pos), func() {}, nil
 			}
 		}
 	}
 	f, err := os.CreateTemp(r.opts.TempDir, "drivesync-s3-*")
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, nil, err
 	}
 	done := func() {
 		f.Close()
@@ -230,9 +256,9 @@ func (r *Remote) spool(content io.Reader) (io.ReadSeeker, int64, func(), error) 
 	size, err := io.Copy(f, content)
 	if err != nil {
 		done()
-		return nil, 0, nil, fmt.Errorf("read content: %w", err)
+		return nil, nil, fmt.Errorf("read content: %w", err)
 	}
-	return f, size, done, nil
+	return io.NewSectionReader(f, 0, size), done, nil
 }
 
 // readerAt reads a ReadSeeker at offsets, for a SectionReader (one reader
@@ -249,7 +275,15 @@ func (r readerAt) ReadAt(p []byte, off int64) (int, error) {
 // put creates key (under the prefix) from body with If-None-Match: *,
 // retrying a conflict of two racing conditional creates (409
 // ConditionalRequestConflict) as AWS asks.
-func (r *Remote) put(ctx context.Context, key string, body io.ReadSeeker, size int64) error {
+//
+// A retried request may meet its own earlier attempt: one whose response
+// was lost (a connection cut, a gateway's 5xx) after the server stored
+// the object. Then the server answers 412, and the object is taken as
+// ours when its ETag is our content's MD5 (as it is for a plain PUT).
+// Otherwise Create reports fs.ErrExist, and the engine uploads the file
+// again under another name, which is harmless.
+func (r *Remote) put(ctx context.Context, key string, body *io.SectionReader) error {
+	tried := false
 	return r.call(ctx, func() error {
 		if _, err := body.Seek(0, io.SeekStart); err != nil {
 			return err
@@ -258,14 +292,106 @@ func (r *Remote) put(ctx context.Context, key string, body io.ReadSeeker, size i
 			Bucket:        &r.bucket,
 			Key:           aws.String(r.prefix + key),
 			Body:          body,
-			ContentLength: aws.Int64(size),
+			ContentLength: aws.Int64(body.Size()),
 			IfNoneMatch:   aws.String("*"),
-		}, r.noteDate)
+		}, r.each)
 		if status(err) == http.StatusPreconditionFailed {
+			if tried {
+				if sum, serr := md5Of(body); serr == nil && r.hasETag(ctx, key, hex.EncodeToString(sum)) {
+					return nil
+				}
+			}
 			return fmt.Errorf("%w: %w", fs.ErrExist, err)
 		}
+		tried = true
 		return err
 	})
+}
+
+// putParts creates key from body in a multipart upload, completed with
+// If-None-Match: * (AWS and MinIO check the condition there), and aborted
+// unless it completed. A completion whose response was lost is retried;
+// the server then answers 412 or NoSuchUpload, and the object is ours
+// when its ETag is the one S3 gives a multipart upload: the MD5 of the
+// parts' MD5s, and their count.
+func (r *Remote) putParts(ctx context.Context, key string, body *io.SectionReader) error {
+	k := aws.String(r.prefix + key)
+	partSize := max(r.opts.PartSize, (body.Size()+maxParts-1)/maxParts)
+	var up *s3.CreateMultipartUploadOutput
+	err := r.call(ctx, func() (err error) {
+		up, err = r.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &r.bucket, Key: k}, r.each)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			r.client.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: &r.bucket, Key: k, UploadId: up.UploadId})
+		}
+	}()
+	var parts []types.CompletedPart
+	sums := md5.New()
+	for n, off := int32(1), int64(0); off < body.Size(); n, off = n+1, off+partSize {
+		part := io.NewSectionReader(body, off, min(partSize, body.Size()-off))
+		sum, err := md5Of(part)
+		if err != nil {
+			return err
+		}
+		sums.Write(sum)
+		var out *s3.UploadPartOutput
+		err = r.call(ctx, func() (err error) {
+			if _, err := part.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			out, err = r.client.UploadPart(ctx, &s3.UploadPartInput{
+				Bucket: &r.bucket, Key: k, UploadId: up.UploadId, PartNumber: aws.Int32(n),
+				Body: part, ContentLength: aws.Int64(part.Size()),
+			}, r.each)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n)})
+	}
+	etag := fmt.Sprintf("%x-%d", sums.Sum(nil), len(parts))
+	tried := false
+	err = r.call(ctx, func() error {
+		_, err := r.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+			Bucket: &r.bucket, Key: k, UploadId: up.UploadId,
+			MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+			IfNoneMatch:     aws.String("*"),
+		}, r.each)
+		var nu *types.NoSuchUpload
+		taken := status(err) == http.StatusPreconditionFailed
+		if tried && (taken || errors.As(err, &nu)) && r.hasETag(ctx, key, etag) {
+			return nil
+		}
+		if taken {
+			return fmt.Errorf("%w: %w", fs.ErrExist, err)
+		}
+		tried = err != nil
+		return err
+	})
+	completed = err == nil
+	return err
+}
+
+// md5Of returns the MD5 of a section's bytes.
+func md5Of(s *io.SectionReader) ([]byte, error) {
+	h := md5.New()
+	if _, err := io.Copy(h, io.NewSectionReader(s, 0, s.Size())); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}
+
+// hasETag says whether the object at key has the given ETag.
+func (r *Remote) hasETag(ctx context.Context, key, etag string) bool {
+	head, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + key)}, r.each)
+	return err == nil && strings.Trim(aws.ToString(head.ETag), `"`) == etag
 }
 
 // Delete removes an object; a missing one is not an error.
@@ -274,7 +400,7 @@ func (r *Remote) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("s3remote: delete: %w", err)
 	}
 	err := r.call(ctx, func() error {
-		_, err := r.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + name)}, r.noteDate)
+		_, err := r.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + name)}, r.each)
 		if status(err) == http.StatusNotFound {
 			return nil
 		}
@@ -297,7 +423,7 @@ func (r *Remote) Now(ctx context.Context) (time.Time, error) {
 	r.mu.Unlock()
 	if !have {
 		err := r.call(ctx, func() error {
-			_, err := r.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &r.bucket}, r.noteDate)
+			_, err := r.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &r.bucket}, r.each)
 			return err
 		})
 		if err != nil {
@@ -312,10 +438,13 @@ func (r *Remote) Now(ctx context.Context) (time.Time, error) {
 	return time.Now().Add(r.offset).UTC(), nil
 }
 
-// noteDate is an API option that narrows the clock estimate from each
-// response's Date header: the server's time on arrival was within
+// each is the options of every request: no retries of the SDK's own (the
+// pacer is the one place for them, and Create must know when a request
+// was sent again), and a middleware that narrows the clock estimate from
+// each response's Date header: the server's time on arrival was within
 // [D, D+1s).
-func (r *Remote) noteDate(o *s3.Options) {
+func (r *Remote) each(o *s3.Options) {
+	o.Retryer = aws.NopRetryer{}
 	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
 		return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("drivesyncDate",
 			func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {

@@ -33,6 +33,23 @@ type Driver struct {
 	// NORMAL, BEGIN IMMEDIATE for the app's transactions), spelled the
 	// driver's way, and a busy timeout of busyTimeout (0: none).
 	DSN func(path string, busyTimeout time.Duration) string
+	// Remote, if set, returns a new, empty store for a scenario's devices
+	// to share, so that the scenarios run over that remote; nil means a
+	// folder.
+	Remote func(t *testing.T) drivesync.Remote
+}
+
+// remote returns a new store for a scenario: d's, or a folder.
+func (d *Driver) remote(t *testing.T) drivesync.Remote {
+	t.Helper()
+	if d.Remote != nil {
+		return d.Remote(t)
+	}
+	remote, err := drivesync.NewFolderRemote(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return remote
 }
 
 // moderncDSN is the README's DSN for modernc.org/sqlite.
@@ -125,13 +142,10 @@ func newDevice(t testing.TB, name string, d *Driver, remote drivesync.Remote, ta
 }
 
 // pair returns a device on the driver under test and one on modernc,
-// sharing a folder remote.
+// sharing a remote.
 func pair(t *testing.T, d Driver, tables []string, edit ...func(*drivesync.Config)) (onDriver, onModernc *device) {
 	t.Helper()
-	remote, err := drivesync.NewFolderRemote(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote := d.remote(t)
 	return newDevice(t, "dev-"+d.Name, &d, remote, tables, edit...), newDevice(t, "dev-modernc", nil, remote, tables)
 }
 

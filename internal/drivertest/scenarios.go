@@ -252,10 +252,7 @@ func testWriteDuringSync(t *testing.T, d Driver) {
 // testSnapshotBootstrap: a snapshot written on one driver bootstraps a
 // new device on the other, both ways.
 func testSnapshotBootstrap(t *testing.T, d Driver) {
-	remote, err := drivesync.NewFolderRemote(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote := d.remote(t)
 	a := newDevice(t, "dev-"+d.Name, &d, remote, schema)
 	b := newDevice(t, "dev-modernc", nil, remote, schema)
 	a.put("n1", `{"title":"one","nested":{"x":[1,2]}}`)

@@ -1,0 +1,221 @@
+// Package miniotest runs a real S3 server, MinIO, on loopback for tests.
+//
+// The server is built from the module proxy with `go install` once, into
+// $DRIVESYNC_MINIO_DIR or the user's cache directory, and reused after:
+// CI builds it before the tests run. When it cannot be built, tests skip
+// with the reason, unless DRIVESYNC_REQUIRE_S3 is set (CI sets it), which
+// makes them fail instead.
+package miniotest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Module is the MinIO server the tests build.
+const Module = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// The server's root credentials.
+const (
+	AccessKey = "drivesync"
+	SecretKey = "drivesync-secret"
+)
+
+// Binary returns the path of the MinIO server, building it first if it is
+// not in the cache directory yet.
+func Binary() (string, error) {
+	dir := os.Getenv("DRIVESYNC_MINIO_DIR")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(cache, "drivesync", "minio")
+	}
+	bin := filepath.Join(dir, "minio")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	// Built into a directory of its own and renamed into place, so that
+	// two test binaries building at once never run a half-written file.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.Command("go", "install", Module)
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install %s: %v\n%s", Module, err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "minio"), bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// Server is one MinIO process on loopback with a data directory of its
+// own.
+type Server struct {
+	// Endpoint is http://127.0.0.1:port.
+	Endpoint string
+	bin      string
+	addr     string
+	data     string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Start builds (if needed) and starts a server; Stop ends it and removes
+// its data.
+func Start() (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, &buildError{err}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, addr: l.Addr().String()}
+	l.Close()
+	s.Endpoint = "http://" + s.addr
+	if s.data, err = os.MkdirTemp("", "drivesync-minio-"); err != nil {
+		return nil, err
+	}
+	if err := s.Run(); err != nil {
+		os.RemoveAll(s.data)
+		return nil, err
+	}
+	return s, nil
+}
+
+// buildError is a server that could not be built (as opposed to one that
+// would not start).
+type buildError struct{ err error }
+
+func (e *buildError) Error() string {
+	return "cannot build the MinIO server the S3 tests need: " + e.err.Error()
+}
+
+// ForTest starts a server for t and stops it when t ends. If the server
+// cannot be built, t is skipped with the reason, or fails when
+// DRIVESYNC_REQUIRE_S3 is set.
+func ForTest(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start()
+	var be *buildError
+	switch {
+	case errors.As(err, &be) && os.Getenv("DRIVESYNC_REQUIRE_S3") == "":
+		t.Skip(err)
+	case err != nil:
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Required says whether a server that cannot be built fails the tests
+// rather than skipping them.
+func Required() bool { return os.Getenv("DRIVESYNC_REQUIRE_S3") != "" }
+
+// IsBuildError says whether Start failed because the server could not be
+// built.
+func IsBuildError(err error) bool {
+	var be *buildError
+	return errors.As(err, &be)
+}
+
+// Run starts the server process (again, after Kill) on its address and
+// data, and waits until it answers.
+func (s *Server) Run() error {
+	cmd := exec.Command(s.bin, "server", s.data, "--address", s.addr, "--console-address", "127.0.0.1:0", "--quiet")
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey, "MINIO_BROWSER=off")
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(s.Endpoint + "/minio/health/live"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	s.Kill()
+	return fmt.Errorf("MinIO gave no answer on %s", s.addr)
+}
+
+// Kill stops the server process at once, keeping its data.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// Stop kills the server and removes its data.
+func (s *Server) Stop() {
+	s.Kill()
+	os.RemoveAll(s.data)
+}
+
+// Client returns a client of the server, path-style, with the root
+// credentials. transport, if not nil, carries its requests (a fault
+// injector, say).
+func (s *Server) Client(transport http.RoundTripper) *s3.Client {
+	return ClientAt(s.Endpoint, transport)
+}
+
+// ClientAt returns a client of the S3 server at endpoint (a proxy in front
+// of one, say), with the root credentials.
+func ClientAt(endpoint string, transport http.RoundTripper) *s3.Client {
+	o := s3.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
+	}
+	if transport != nil {
+		o.HTTPClient = &http.Client{Transport: transport}
+	}
+	return s3.New(o)
+}
+
+var buckets atomic.Int64
+
+// Bucket creates a bucket with a name no other call of this process
+// uses.
+func (s *Server) Bucket(ctx context.Context) (string, error) {
+	name := strings.ToLower(fmt.Sprintf("t%d-%d", time.Now().UnixNano(), buckets.Add(1)))
+	if _, err := s.Client(nil).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		return "", err
+	}
+	return name, nil
+}
