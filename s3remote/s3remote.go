@@ -484,7 +484,7 @@ func (r *Remote) call(ctx context.Context, fn func() error) error {
 // classify says which failures are worth another try: throttling, server
 // errors, a conditional-create conflict, a connection cut.
 func classify(err error) pacer.Retry {
-	if errors.Is(err, fs.ErrExist) {
+	if errors.Is(err, fs.ErrExist) || isFull(err) {
 		return pacer.Retry{}
 	}
 	var ae smithy.APIError
@@ -506,6 +506,19 @@ func classify(err error) pacer.Retry {
 	}
 	// No response at all: a connection refused, reset or cut.
 	return pacer.Retry{Again: true}
+}
+
+// isFull says whether the server refused a write for want of space: the
+// disks are full (507), or the bucket is over a quota set on it.
+func isFull(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "XMinioStorageFull", "XMinioAdminBucketQuotaExceeded", "QuotaExceeded", "StorageQuotaExceeded":
+			return true
+		}
+	}
+	return status(err) == http.StatusInsufficientStorage
 }
 
 // status is the HTTP status of a failed request, or 0.
@@ -537,7 +550,9 @@ func (r *Remote) fail(op, name string, err error) error {
 		return fmt.Errorf("%s: %w", what, fs.ErrNotExist)
 	case errors.As(err, &ae) && (ae.ErrorCode() == "InvalidAccessKeyId" || ae.ErrorCode() == "SignatureDoesNotMatch" || ae.ErrorCode() == "ExpiredToken"):
 		return fmt.Errorf("%s: %w: check the access key and secret (%v)", what, drivesync.ErrAuth, err)
-	case errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket":
+	case isFull(err):
+		return fmt.Errorf("%s: %w: the server or the bucket %s is full: delete objects or raise its quota (%v)", what, drivesync.ErrQuota, r.bucket, err)
+	case errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket" || op == "read clock" && status(err) == http.StatusNotFound:
 		return fmt.Errorf("%s: bucket %s does not exist: create it, or check its name and region: %w", what, r.bucket, err)
 	case status(err) == http.StatusForbidden && op == "open":
 		return fmt.Errorf("%s: %w: %v", what, fs.ErrPermission, err)

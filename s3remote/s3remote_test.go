@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	_ "modernc.org/sqlite"
 
@@ -294,4 +295,87 @@ func TestScenarios(t *testing.T) {
 			return r
 		},
 	})
+}
+
+// replyError is a transport that answers the requests match picks with an
+// S3 error of the given status and code, without sending them, and counts
+// them.
+type replyError struct {
+	match  func(*http.Request) bool
+	status int
+	code   string
+	n      atomic.Int32
+}
+
+func (e *replyError) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !e.match(req) {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	e.n.Add(1)
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + e.code + `</Code><Message>injected</Message></Error>`
+	return &http.Response{
+		StatusCode: e.status, Status: fmt.Sprint(e.status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req,
+	}, nil
+}
+
+// Errors say what to do, and are typed for the engine: bad keys and a
+// key without permissions are ErrAuth, a missing bucket says so, a full
+// server is ErrQuota (not retried), a file refused to this key is
+// fs.ErrPermission, throttling is retried.
+func TestErrors(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	bad := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: &server.Endpoint, UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(miniotest.AccessKey, "wrong-secret", "")})
+	if _, err := New(ctx, bad, bucket, Options{MaxAttempts: 1}); !errors.Is(err, drivesync.ErrAuth) || !strings.Contains(err.Error(), "access key") {
+		t.Errorf("wrong secret: %v, want ErrAuth saying to check the access key", err)
+	}
+	if _, err := New(ctx, newClient(), "no-such-bucket", Options{MaxAttempts: 1}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing bucket: %v, want an error saying it does not exist", err)
+	}
+
+	isPut := func(req *http.Request) bool { return req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/f") }
+	isGet := func(req *http.Request) bool { return req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/f") }
+	isList := func(req *http.Request) bool { return req.URL.Query().Get("list-type") == "2" }
+	for _, c := range []struct {
+		name   string
+		fault  *replyError
+		op     func(r *Remote) error
+		want   error
+		sent   int32 // requests the fault answered: 1 unless retried
+		advice string
+	}{
+		{"full", &replyError{match: isPut, status: 507, code: "XMinioStorageFull"},
+			func(r *Remote) error { return r.Create(ctx, "f", strings.NewReader("x")) }, drivesync.ErrQuota, 1, "quota"},
+		{"bucket quota", &replyError{match: isPut, status: 400, code: "XMinioAdminBucketQuotaExceeded"},
+			func(r *Remote) error { return r.Create(ctx, "f", strings.NewReader("x")) }, drivesync.ErrQuota, 1, "quota"},
+		{"file refused", &replyError{match: isGet, status: 403, code: "AccessDenied"},
+			func(r *Remote) error { _, err := r.Open(ctx, "f"); return err }, fs.ErrPermission, 1, ""},
+		{"listing refused", &replyError{match: isList, status: 403, code: "AccessDenied"},
+			func(r *Remote) error { _, err := r.List(ctx, time.Time{}); return err }, drivesync.ErrAuth, 1, "s3:ListBucket"},
+		{"throttled", &replyError{match: isList, status: 503, code: "SlowDown"},
+			func(r *Remote) error { _, err := r.List(ctx, time.Time{}); return err }, nil, 3, ""},
+	} {
+		r, err := New(ctx, server.Client(c.fault), bucket, Options{Prefix: c.name, MinSleep: time.Millisecond, MaxSleep: time.Millisecond, MaxAttempts: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.op(r)
+		switch {
+		case c.want == nil && err == nil:
+			t.Errorf("%s: no error", c.name)
+		case c.want != nil && !errors.Is(err, c.want):
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		case !strings.Contains(fmt.Sprint(err), c.advice):
+			t.Errorf("%s: %v, want it to mention %q", c.name, err, c.advice)
+		}
+		if n := c.fault.n.Load(); n != c.sent {
+			t.Errorf("%s: %d requests, want %d", c.name, n, c.sent)
+		}
+	}
 }
