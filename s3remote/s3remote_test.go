@@ -113,47 +113,78 @@ func TestTwoDevicesSync(t *testing.T) {
 	}
 }
 
-// The server stops while devices sync: a sync fails with ErrRemote and
-// loses nothing; once the server is back, the next one completes.
-func TestServerRestart(t *testing.T) {
+// The server is killed in the middle of syncs: before a download, before
+// an upload, after it. A sync that needed it fails with ErrRemote and
+// loses nothing; once the server is back, the next syncs deliver every
+// write.
+func TestServerKilledMidSync(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t)
-	open := func(name string) (*sql.DB, *drivesync.Engine) {
-		opts := Options{MinSleep: time.Millisecond, MaxSleep: 10 * time.Millisecond, MaxAttempts: 3}
-		return openDevice(t, newClient(), bucket, opts, name, `CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT)`)
-	}
-	a, ea := open("dev-a")
-	b, eb := open("dev-b")
-	for i, e := range []*drivesync.Engine{ea, eb} {
-		if _, err := e.Sync(ctx); err != nil {
-			t.Fatalf("sync %d: %v", i, err)
-		}
-	}
-	a.Exec(`INSERT INTO items VALUES ('x', 'written while the server is down')`)
-	server.Kill()
-	_, err := ea.Sync(ctx)
-	if !errors.Is(err, drivesync.ErrRemote) {
-		t.Errorf("sync with the server down: %v, want ErrRemote", err)
-	}
-	if err := server.Run(); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		for _, e := range []*drivesync.Engine{ea, eb} {
-			if _, err := e.Sync(ctx); err != nil {
-				t.Fatal(err)
+	var killAt drivesync.Progress // the step at which to kill the server, once
+	kill := func(cfg *drivesync.Config) {
+		cfg.Progress = func(p drivesync.Progress) {
+			if killAt.Step != "" && p.Step == killAt.Step && p.Done == killAt.Done {
+				killAt = drivesync.Progress{}
+				server.Kill()
 			}
 		}
 	}
-	var title string
-	if err := b.QueryRow(`SELECT title FROM items WHERE id = 'x'`).Scan(&title); err != nil {
-		t.Errorf("b: %v: the write made while the server was down did not arrive", err)
+	opts := Options{MinSleep: time.Millisecond, MaxSleep: 10 * time.Millisecond, MaxAttempts: 3}
+	const schema = `CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT)`
+	a, ea := openDevice(t, newClient(), bucket, opts, "dev-a", schema, kill)
+	b, eb := openDevice(t, newClient(), bucket, opts, "dev-b", schema, kill)
+	for _, e := range []*drivesync.Engine{ea, eb} {
+		if _, err := e.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range []struct {
+		at      drivesync.Progress
+		syncer  *drivesync.Engine // the device whose sync meets the dead server
+		failing bool
+	}{
+		{drivesync.Progress{Step: "upload", Done: 0}, ea, true},
+		{drivesync.Progress{Step: "download", Done: 0}, eb, true},
+		{drivesync.Progress{Step: "upload", Done: 1}, ea, false}, // after the upload: nothing more to ask
+	} {
+		id := fmt.Sprint("row", i)
+		if _, err := a.Exec(`INSERT INTO items VALUES (?, 'x')`, id); err != nil {
+			t.Fatal(err)
+		}
+		if c.syncer == eb { // b downloads a's file
+			if _, err := ea.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		killAt = c.at
+		_, err := c.syncer.Sync(ctx)
+		if killAt.Step != "" {
+			t.Fatalf("%v: the sync never reached that step", c.at)
+		}
+		if c.failing && !errors.Is(err, drivesync.ErrRemote) || !c.failing && err != nil {
+			t.Errorf("server killed at %+v: %v", c.at, err)
+		}
+		if err := server.Run(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			for _, e := range []*drivesync.Engine{ea, eb} {
+				if _, err := e.Sync(ctx); err != nil {
+					t.Fatalf("after a restart: %v", err)
+				}
+			}
+		}
+		var n int
+		if err := b.QueryRow(`SELECT count(*) FROM items WHERE id = ?`, id).Scan(&n); err != nil || n != 1 {
+			t.Errorf("server killed at %+v: %s did not arrive (%v)", c.at, id, err)
+		}
 	}
 }
 
 // openDevice opens a device: a SQLite database of its own with schema,
-// its table items synced through a Remote on bucket.
-func openDevice(t testing.TB, client *s3.Client, bucket string, opts Options, name, schema string) (*sql.DB, *drivesync.Engine) {
+// its table items synced through a Remote on bucket; edit may change the
+// engine's Config first.
+func openDevice(t testing.TB, client *s3.Client, bucket string, opts Options, name, schema string, edit ...func(*drivesync.Config)) (*sql.DB, *drivesync.Engine) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
@@ -168,7 +199,11 @@ func openDevice(t testing.TB, client *s3.Client, bucket string, opts Options, na
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := drivesync.Open(ctx, db, drivesync.Config{Remote: r, Tables: []drivesync.Table{{Name: "items"}}, DeviceID: name})
+	cfg := drivesync.Config{Remote: r, Tables: []drivesync.Table{{Name: "items"}}, DeviceID: name}
+	for _, f := range edit {
+		f(&cfg)
+	}
+	eng, err := drivesync.Open(ctx, db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,8 +374,12 @@ func TestErrors(t *testing.T) {
 		t.Errorf("missing bucket: %v, want an error saying it does not exist", err)
 	}
 
-	isPut := func(req *http.Request) bool { return req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/f") }
-	isGet := func(req *http.Request) bool { return req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/f") }
+	isPut := func(req *http.Request) bool {
+		return req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/f")
+	}
+	isGet := func(req *http.Request) bool {
+		return req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/f")
+	}
 	isList := func(req *http.Request) bool { return req.URL.Query().Get("list-type") == "2" }
 	for _, c := range []struct {
 		name   string
