@@ -23,6 +23,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/drivesync/drivesync/internal/pacer"
+	"github.com/drivesync/drivesync/internal/remoteclock"
 )
 
 // DriveOptions configures a DriveRemote. The zero value keeps the files in
@@ -90,12 +91,8 @@ type DriveRemote struct {
 	folders map[string]string   // folder id -> path below the root ("" for a root)
 	dirs    map[string]string   // path -> a folder id to create files in
 	ids     map[string][]string // file name -> ids, from the listings since the last full one
-	// offset estimates Drive's time minus the local clock. Date headers
-	// have whole seconds: each one narrows the estimate, never resets it,
-	// so the clock keeps millisecond steps and does not jump back.
-	offset    time.Duration
-	haveClock bool
-	account   string // the signed-in user's permission id, once about.get told it
+	date    remoteclock.Clock   // Drive's time, from the Date headers of its responses
+	account string              // the signed-in user's permission id, once about.get told it
 }
 
 var _ IdentifiedRemote = (*DriveRemote)(nil)
@@ -156,7 +153,7 @@ func (r *DriveRemote) findRoot(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("open the app-data folder: %w", err)
 		}
-		r.noteDate(root.Header)
+		r.date.Note(root.Header)
 		r.addRoot(root.Id)
 		r.rootFound = true
 		return nil
@@ -250,7 +247,7 @@ func (r *DriveRemote) listAll(ctx context.Context) ([]RemoteFile, error) {
 			files = append(files, f)
 		}
 	}
-	now, haveClock := r.clock()
+	now, haveClock := r.date.Now()
 	r.learnFolders(folders, now)
 	// Every folder is known now: a file whose parent is not lives
 	// outside the root, and learning the folders again would not help.
@@ -321,7 +318,7 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 	if err != nil {
 		return nil, driveErr("open", name, err)
 	}
-	r.noteDate(resp.Header)
+	r.date.Note(resp.Header)
 	return resp.Body, nil
 }
 
@@ -411,7 +408,7 @@ func (r *DriveRemote) createIn(ctx context.Context, dir, base string, content *r
 	if err != nil {
 		return err
 	}
-	r.noteDate(created.Header)
+	r.date.Note(created.Header)
 	if created.Trashed {
 		r.deleteID(context.WithoutCancel(ctx), created.Id)
 		return &folderGone{errors.New("Drive put the file in the trash with its folder")}
@@ -540,20 +537,19 @@ func (r *DriveRemote) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	if now, have := r.clock(); have {
+	if now, have := r.date.Now(); have {
 		return now, nil
 	}
 	about, err := r.about(ctx)
 	if err != nil {
 		return time.Time{}, driveErr("read clock", "", err)
 	}
-	r.noteDate(about.Header)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.haveClock {
+	r.date.Note(about.Header)
+	now, have := r.date.Now()
+	if !have {
 		return time.Time{}, errors.New("drive remote: Drive's response has no Date header")
 	}
-	return time.Now().Add(r.offset).UTC(), nil
+	return now, nil
 }
 
 // Identity names the signed-in account (its permission id, which stays
@@ -571,7 +567,7 @@ func (r *DriveRemote) Identity(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", driveErr("identify the account", "", err)
 		}
-		r.noteDate(about.Header)
+		r.date.Note(about.Header)
 		if account = about.User.PermissionId; account == "" {
 			return "", errors.New("drive remote: Drive did not say which account is signed in")
 		}
@@ -602,35 +598,6 @@ func (r *DriveRemote) about(ctx context.Context) (*drive.About, error) {
 	return about, nil
 }
 
-// clock returns Drive's time as estimated from the Date headers so far, and
-// whether there was one; without one, it returns the local time.
-func (r *DriveRemote) clock() (time.Time, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return time.Now().Add(r.offset).UTC(), r.haveClock
-}
-
-// noteDate narrows the clock estimate: when a response says D, Drive's
-// time on arrival was within [D, D+1s).
-func (r *DriveRemote) noteDate(h http.Header) {
-	d, err := http.ParseTime(h.Get("Date"))
-	if err != nil {
-		return
-	}
-	now := time.Now()
-	low, high := d.Sub(now), d.Add(time.Second).Sub(now)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case !r.haveClock:
-		r.offset, r.haveClock = low, true
-	case r.offset < low:
-		r.offset = low
-	case r.offset >= high:
-		r.offset = high - time.Millisecond
-	}
-}
-
 // query runs a paginated files.list over the space.
 func (r *DriveRemote) query(ctx context.Context, q, fields string) ([]*drive.File, error) {
 	var out []*drive.File
@@ -649,7 +616,7 @@ func (r *DriveRemote) query(ctx context.Context, q, fields string) ([]*drive.Fil
 		if err != nil {
 			return nil, err
 		}
-		r.noteDate(page.Header)
+		r.date.Note(page.Header)
 		out = append(out, page.Files...)
 		if token = page.NextPageToken; token == "" {
 			return out, nil

@@ -104,7 +104,7 @@ func (r *DriveRemote) loadFolders(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now, _ := r.clock()
+	now, _ := r.date.Now()
 	r.learnFolders(all, now)
 	return nil
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/drivesync/drivesync"
 	"github.com/drivesync/drivesync/internal/pacer"
+	"github.com/drivesync/drivesync/internal/remoteclock"
 )
 
 // Options configures a Remote. The zero value works.
@@ -76,10 +77,7 @@ type Remote struct {
 	prefix string
 	opts   Options
 	pacer  *pacer.Pacer
-
-	mu        sync.Mutex
-	offset    time.Duration // the server's time minus the local clock
-	haveClock bool
+	date   remoteclock.Clock // the server's time, from its Date headers
 }
 
 var _ drivesync.IdentifiedRemote = (*Remote)(nil)
@@ -418,24 +416,21 @@ func (r *Remote) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	r.mu.Lock()
-	have := r.haveClock
-	r.mu.Unlock()
-	if !have {
-		err := r.call(ctx, func() error {
-			_, err := r.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &r.bucket}, r.each)
-			return err
-		})
-		if err != nil {
-			return time.Time{}, r.fail("read clock", "", err)
-		}
+	if now, have := r.date.Now(); have {
+		return now, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.haveClock {
+	err := r.call(ctx, func() error {
+		_, err := r.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &r.bucket}, r.each)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, r.fail("read clock", "", err)
+	}
+	now, have := r.date.Now()
+	if !have {
 		return time.Time{}, errors.New("s3remote: the server's responses have no Date header")
 	}
-	return time.Now().Add(r.offset).UTC(), nil
+	return now, nil
 }
 
 // each is the options of every request: no retries of the SDK's own (the
@@ -450,30 +445,11 @@ func (r *Remote) each(o *s3.Options) {
 			func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
 				out, md, err := next.HandleDeserialize(ctx, in)
 				if resp, ok := out.RawResponse.(*smithyhttp.Response); ok {
-					r.noteHeader(resp.Header)
+					r.date.Note(resp.Header)
 				}
 				return out, md, err
 			}), middleware.After)
 	})
-}
-
-func (r *Remote) noteHeader(h http.Header) {
-	d, err := http.ParseTime(h.Get("Date"))
-	if err != nil {
-		return
-	}
-	now := time.Now()
-	low, high := d.Sub(now), d.Add(time.Second).Sub(now)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case !r.haveClock:
-		r.offset, r.haveClock = low, true
-	case r.offset < low:
-		r.offset = low
-	case r.offset >= high:
-		r.offset = high - time.Millisecond
-	}
 }
 
 // call runs fn, retrying what is transient.

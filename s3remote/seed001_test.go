@@ -86,32 +86,16 @@ func raceDrivesync(tb testing.TB, writes int) raceResult {
 	c.requests.Store(0)
 	c.putBytes.Store(0)
 	var res raceResult
-	var acked, syncs atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, raceWriters)
-	for i := range raceWriters {
-		wg.Go(func() {
-			for j := range writes {
-				id := fmt.Sprintf("w%d-%d", i, j)
-				if _, err := dbs[i].Exec(`INSERT INTO items VALUES (?, ?)`, id, raceTitle(id)); err != nil {
-					errs <- err
-					return
-				}
-				syncs.Add(1)
-				if _, err := engs[i].Sync(ctx); err != nil {
-					errs <- fmt.Errorf("writer %d: %w", i, err)
-					return
-				}
-				acked.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
-	}
-	res.acknowledged, res.syncs = int(acked.Load()), syncs.Load()
+	var syncs atomic.Int64
+	res.acknowledged = runWriters(tb, writes, func(i int, id string) error {
+		if _, err := dbs[i].Exec(`INSERT INTO items VALUES (?, ?)`, id, raceTitle(id)); err != nil {
+			return err
+		}
+		syncs.Add(1)
+		_, err := engs[i].Sync(ctx)
+		return err
+	})
+	res.syncs = syncs.Load()
 	res.requests, res.putBytes = c.requests.Load(), c.putBytes.Load()
 	// Quiescence: sync until a round downloads nothing.
 	for round := 0; ; round++ {
@@ -168,27 +152,10 @@ func raceWholeFile(tb testing.TB, writes int) raceResult {
 	}
 	c := &counting{}
 	client := miniotest.ClientAt(server.Endpoint, c)
-	var acked atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, raceWriters)
-	for i := range raceWriters {
-		wg.Go(func() {
-			for j := range writes {
-				id := fmt.Sprintf("w%d-%d", i, j)
-				if err := wholeFileWrite(ctx, client, bucket, key, filepath.Join(dir, id+".db"), id); err != nil {
-					errs <- fmt.Errorf("writer %d: %w", i, err)
-					return
-				}
-				acked.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
-	}
-	res := raceResult{acknowledged: int(acked.Load()), requests: c.requests.Load(), putBytes: c.putBytes.Load()}
+	acked := runWriters(tb, writes, func(_ int, id string) error {
+		return wholeFileWrite(ctx, client, bucket, key, filepath.Join(dir, id+".db"), id)
+	})
+	res := raceResult{acknowledged: acked, requests: c.requests.Load(), putBytes: c.putBytes.Load()}
 	final := filepath.Join(dir, "final.db")
 	if err := download(ctx, newClient(), bucket, key, final); err != nil {
 		tb.Fatal(err)
@@ -201,6 +168,32 @@ func raceWholeFile(tb testing.TB, writes int) raceResult {
 	res.lost = len(missingRows(tb, db, writes))
 	res.perWrite = float64(res.putBytes) / float64(res.acknowledged)
 	return res
+}
+
+// runWriters runs the writers at once, each making writes writes of a row
+// id of its own with write; a write is acknowledged when write returned
+// nil, and a failing one fails tb.
+func runWriters(tb testing.TB, writes int, write func(writer int, id string) error) int {
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, raceWriters)
+	for i := range raceWriters {
+		wg.Go(func() {
+			for j := range writes {
+				if err := write(i, fmt.Sprintf("w%d-%d", i, j)); err != nil {
+					errs <- fmt.Errorf("writer %d: %w", i, err)
+					return
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	return int(acked.Load())
 }
 
 // wholeFileWrite is one write of a seed 001 worker.
