@@ -84,7 +84,8 @@ func remoteFileName(kind fileKind, at time.Time, device string) string {
 }
 
 // parseFileName returns the kind, time and device a file name claims; ok
-// is false for a name the engine does not write.
+// is false for a name the engine does not write, a name outside the day
+// folder of its time included.
 func parseFileName(name string) (kind fileKind, at time.Time, device string, ok bool) {
 	if checkRemoteName(name) != nil {
 		return 0, time.Time{}, "", false // "..", absolute, hidden: not a name we write
@@ -107,6 +108,13 @@ func parseFileName(name string) (kind fileKind, at time.Time, device string, ok 
 	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
 	device = rest[len(nameTimeLayout)+1:]
 	if err != nil || checkDeviceID(device) != nil {
+		return 0, time.Time{}, "", false
+	}
+	if path.Dir(name) != at.Format("2006/01/02") {
+		// Not where the engine puts it: the file of another store kept
+		// below this one's root (an S3 store under a prefix of the
+		// bucket's root store, a store's folder inside another's), which
+		// must be neither applied nor compacted here.
 		return 0, time.Time{}, "", false
 	}
 	return kind, at, device, true

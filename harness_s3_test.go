@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/uuid"
 
 	"github.com/drivesync/drivesync"
@@ -33,12 +35,45 @@ func TestSchedulesOverS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var outer []string // prefixes of stores that others are nested in
 	drivesync.RunSchedulesOver(t, *s3Schedules, &drivesync.HarnessBackend{
 		Name: "S3",
 		NewStore: func() (drivesync.HarnessStore, error) {
-			return &s3Store{endpoint: server.Endpoint, bucket: bucket, prefix: uuid.NewString()}, nil
+			// A third of the stores hold others under their prefix (as a
+			// bucket's root store holds the stores of its prefixes), and
+			// half of the rest sit under one of those: the outer store's
+			// devices list the inner stores' files, and must leave them be.
+			mu.Lock()
+			prefix := uuid.NewString()
+			switch n := rand.IntN(6); {
+			case n < 2:
+				outer = append(outer, prefix)
+			case n < 4 && len(outer) > 0:
+				prefix = outer[rand.IntN(len(outer))] + "/" + prefix
+				drivesync.CountHarness("schedules over S3 in another store's prefix")
+			}
+			mu.Unlock()
+			s := &s3Store{endpoint: server.Endpoint, bucket: bucket, prefix: prefix}
+			return s, s.putForeign()
 		},
 	})
+}
+
+// putForeign puts keys that are not the engine's in the store, as other
+// tools do: a key with a control character, the litter of desktop sync
+// clients, a file in a day folder, another store's marker deeper down.
+func (s *s3Store) putForeign() error {
+	client := miniotest.ClientAt(s.endpoint, nil)
+	for _, key := range []string{"notes\x01.txt", ".DS_Store", "Thumbs.db", "2026/01/01/readme.txt", "archive/drivesync.json"} {
+		_, err := client.PutObject(context.Background(), &s3.PutObjectInput{
+			Bucket: &s.bucket, Key: aws.String(s.prefix + "/" + key), Body: strings.NewReader("not the engine's"),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // s3Store is one schedule's store: a prefix of the bucket, and the
@@ -73,6 +108,7 @@ var s3Faults = []s3Fault{
 	{kind: "s3 PUT applied, response lost", method: http.MethodPut, times: 1},
 	{kind: "s3 DELETE applied, response lost", method: http.MethodDelete, times: 1},
 	{kind: "s3 GET cut mid-body", method: http.MethodGet, times: 1},
+	{kind: "s3 GET of a file refused (400, as an SSE-C object is)", method: http.MethodGet, times: 1},
 	{kind: "s3 outage", times: 6},
 }
 
@@ -101,6 +137,9 @@ func (s *s3Store) take(req *http.Request) (s3Fault, bool) {
 		f := &s.faults[i]
 		if f.method != "" && f.method != req.Method {
 			continue
+		}
+		if strings.HasPrefix(f.kind, "s3 GET of a file refused") && !strings.Contains(req.URL.Path, ".json.gz") {
+			continue // files only: the marker refused is a store refused
 		}
 		taken := *f
 		if f.times--; f.times == 0 {
@@ -138,6 +177,8 @@ func (s *s3Store) RoundTrip(req *http.Request) (*http.Response, error) {
 		return reply(http.StatusServiceUnavailable, "SlowDown")
 	case "s3 500 InternalError":
 		return reply(http.StatusInternalServerError, "InternalError")
+	case "s3 GET of a file refused (400, as an SSE-C object is)":
+		return reply(http.StatusBadRequest, "InvalidRequest")
 	case "s3 PUT applied, response lost", "s3 DELETE applied, response lost":
 		resp, err := http.DefaultTransport.RoundTrip(req)
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -154,7 +155,7 @@ func TestUnreadableFileOverDrive(t *testing.T) {
 	b.sync()
 	var id, name string
 	for _, f := range srv.Files() {
-		if _, _, d, ok := parseFileName(f.Name); ok && d == "dev-b" {
+		if strings.HasPrefix(f.Name, "patch_") && strings.HasSuffix(f.Name, "_dev-b.json.gz") { // Drive's names are the base names
 			id, name = f.ID, f.Name
 		}
 	}

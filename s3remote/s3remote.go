@@ -20,6 +20,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -67,8 +68,13 @@ type Options struct {
 // (but the last), and an upload has at most 10,000 parts.
 const (
 	minPartSize = 5 << 20
+	maxPartSize = 5 << 30
 	maxParts    = 10000
 )
+
+// staleUpload is how old an unfinished multipart upload of the store must
+// be before the next upload in parts aborts it (see sweepUploads).
+const staleUpload = 24 * time.Hour
 
 // Remote is a drivesync.Remote on one bucket (and prefix).
 type Remote struct {
@@ -107,7 +113,7 @@ func New(ctx context.Context, client *s3.Client, bucket string, opts Options) (*
 	if opts.PartSize <= 0 {
 		opts.PartSize = 64 << 20
 	}
-	opts.PartSize = max(opts.PartSize, minPartSize)
+	opts.PartSize = min(max(opts.PartSize, minPartSize), maxPartSize)
 	r := &Remote{client: client, bucket: bucket, prefix: opts.Prefix, opts: opts,
 		pacer: pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts)}
 	if _, err := r.Now(ctx); err != nil {
@@ -129,7 +135,9 @@ func (r *Remote) checkConditionalCreate(ctx context.Context) error {
 		wg.Go(func() { errs[i] = r.put(ctx, key, io.NewSectionReader(bytes.NewReader([]byte{byte(i)}), 0, 1)) })
 	}
 	wg.Wait()
-	defer r.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + key)})
+	// Under ctx: a scratch key left behind (ctx ended) is harmless, as
+	// listings skip it.
+	defer r.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: aws.String(r.prefix + key)}, r.each)
 	won := 0
 	for _, err := range errs {
 		switch {
@@ -157,14 +165,20 @@ func (r *Remote) Identity(ctx context.Context) (string, error) {
 	return "s3:" + endpoint + "/" + r.bucket + "/" + r.prefix, nil
 }
 
-// List returns the store's objects last modified at or after since (to
-// the second the server keeps), and every object for a zero since: one
-// request per thousand objects of the store. It does not skip keys by
-// name (StartAfter): a Remote lists by when files were created, whatever
-// their names say, and compaction deletes the files a snapshot holds.
+// List returns every object of the store, whatever since is, as
+// FolderRemote does: one request per thousand objects. Filtering by
+// LastModified would save no request, and would trust a time that is not
+// when an object became visible: AWS gives an object uploaded in parts
+// the time its upload began, so a snapshot whose upload outlasts the
+// engine's ListOverlap would never be listed to a device that synced
+// meanwhile. Nor does List skip keys by name (StartAfter): a Remote lists
+// what exists, whatever the names say.
+//
+// Keys are asked for URL-encoded: a key with a control character (put
+// there by another tool) would otherwise make the response unreadable,
+// and every listing fail.
 func (r *Remote) List(ctx context.Context, since time.Time) ([]drivesync.RemoteFile, error) {
-	in := &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: aws.String(r.prefix)}
-	cutoff := since.Truncate(time.Second).Add(-time.Second)
+	in := &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: aws.String(r.prefix), EncodingType: types.EncodingTypeUrl}
 	var out []drivesync.RemoteFile
 	for {
 		var page *s3.ListObjectsV2Output
@@ -176,12 +190,13 @@ func (r *Remote) List(ctx context.Context, since time.Time) ([]drivesync.RemoteF
 			return nil, r.fail("list", "", err)
 		}
 		for _, o := range page.Contents {
-			name := strings.TrimPrefix(aws.ToString(o.Key), r.prefix)
+			key, err := url.QueryUnescape(aws.ToString(o.Key))
+			if err != nil {
+				continue // not what the server's encoding makes: no key of ours
+			}
+			name := strings.TrimPrefix(key, r.prefix)
 			if strings.HasPrefix(name, ".") || strings.Contains(name, "/.") {
 				continue // the self-test's scratch keys, and temp files of other tools
-			}
-			if !since.IsZero() && o.LastModified != nil && o.LastModified.Before(cutoff) {
-				continue
 			}
 			out = append(out, drivesync.RemoteFile{Name: name, Size: aws.ToInt64(o.Size)})
 		}
@@ -315,6 +330,7 @@ func (r *Remote) put(ctx context.Context, key string, body *io.SectionReader) er
 func (r *Remote) putParts(ctx context.Context, key string, body *io.SectionReader) error {
 	k := aws.String(r.prefix + key)
 	partSize := max(r.opts.PartSize, (body.Size()+maxParts-1)/maxParts)
+	r.sweepUploads(ctx)
 	var up *s3.CreateMultipartUploadOutput
 	err := r.call(ctx, func() (err error) {
 		up, err = r.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &r.bucket, Key: k}, r.each)
@@ -325,9 +341,19 @@ func (r *Remote) putParts(ctx context.Context, key string, body *io.SectionReade
 	}
 	completed := false
 	defer func() {
-		if !completed {
-			r.client.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: &r.bucket, Key: k, UploadId: up.UploadId})
+		if completed {
+			return
 		}
+		// The parts cost storage until aborted. When ctx has ended (the
+		// usual way an upload fails), a short grace of its own; if even
+		// that fails, the next upload in parts aborts it a day later.
+		actx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+		}
+		r.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &r.bucket, Key: k, UploadId: up.UploadId}, r.each)
 	}()
 	var parts []types.CompletedPart
 	sums := md5.New()
@@ -375,6 +401,34 @@ func (r *Remote) putParts(ctx context.Context, key string, body *io.SectionReade
 	})
 	completed = err == nil
 	return err
+}
+
+// sweepUploads aborts the store's multipart uploads that began more than a
+// day ago: left by a device that failed to abort its own (it lost the
+// network, or the app ended). An upload still under way is younger; were
+// it not, its completion fails and the engine uploads the file again.
+// Best effort: a failure here is not the upload's.
+func (r *Remote) sweepUploads(ctx context.Context) {
+	now, err := r.Now(ctx)
+	if err != nil {
+		return
+	}
+	in := &s3.ListMultipartUploadsInput{Bucket: &r.bucket, Prefix: aws.String(r.prefix)}
+	for {
+		out, err := r.client.ListMultipartUploads(ctx, in, r.each)
+		if err != nil {
+			return
+		}
+		for _, u := range out.Uploads {
+			if u.Initiated != nil && now.Sub(*u.Initiated) > staleUpload {
+				r.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &r.bucket, Key: u.Key, UploadId: u.UploadId}, r.each)
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			return
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
 }
 
 // md5Of returns the MD5 of a section's bytes.
@@ -471,6 +525,8 @@ func classify(err error) pacer.Retry {
 		}
 	}
 	switch s := status(err); {
+	case s == http.StatusNotImplemented:
+		return pacer.Retry{}
 	case s == http.StatusTooManyRequests || s == http.StatusConflict || s >= 500:
 		return pacer.Retry{Again: true}
 	case s != 0:
@@ -507,9 +563,9 @@ func status(err error) int {
 }
 
 // fail turns a failed request into the error drivesync expects: a missing
-// object matches fs.ErrNotExist, an object this account may not read
-// fs.ErrPermission, bad credentials drivesync.ErrAuth; the rest is the
-// remote failing.
+// object matches fs.ErrNotExist, an object the server will not give this
+// key fs.ErrPermission, bad credentials drivesync.ErrAuth, a full server
+// drivesync.ErrQuota; the rest is the remote failing.
 func (r *Remote) fail(op, name string, err error) error {
 	what := "s3remote: " + op
 	if name != "" {
@@ -530,8 +586,16 @@ func (r *Remote) fail(op, name string, err error) error {
 		return fmt.Errorf("%s: %w: the server or the bucket %s is full: delete objects or raise its quota (%v)", what, drivesync.ErrQuota, r.bucket, err)
 	case errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket" || op == "read clock" && status(err) == http.StatusNotFound:
 		return fmt.Errorf("%s: bucket %s does not exist: create it, or check its name and region: %w", what, r.bucket, err)
-	case status(err) == http.StatusForbidden && op == "open":
-		return fmt.Errorf("%s: %w: %v", what, fs.ErrPermission, err)
+	case errors.As(err, &ae) && ae.ErrorCode() == "RequestTimeTooSkewed":
+		return fmt.Errorf("%s: this device's clock is too far from the server's (S3 refuses requests signed more than 15 minutes off): set the clock right (%w)", what, err)
+	case op == "open" && status(err) >= 400 && status(err) < 500:
+		// The server refuses this object, not the others: stored with a
+		// customer key (SSE-C, 400), archived (403 InvalidObjectState),
+		// another account's (403). The engine skips it and tries again
+		// later, instead of failing every sync.
+		return fmt.Errorf("%s: the server refuses this object to this key: %w: %v", what, fs.ErrPermission, err)
+	case status(err) == http.StatusNotImplemented:
+		return fmt.Errorf("%s: the server does not implement this request (conditional writes, If-None-Match: *, are needed): use a server that has them (%w)", what, err)
 	case status(err) == http.StatusForbidden:
 		return fmt.Errorf("%s: %w: the access key may not use bucket %s (give it s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject) (%v)", what, drivesync.ErrAuth, r.bucket, err)
 	}
