@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -37,7 +38,8 @@ const (
 )
 
 // Binary returns the path of the MinIO server, building it first if it is
-// not in the cache directory yet.
+// not in the cache directory yet. One process builds at a time (a lock
+// directory beside the binary): another that needs it meanwhile waits.
 func Binary() (string, error) {
 	dir := os.Getenv("DRIVESYNC_MINIO_DIR")
 	if dir == "" {
@@ -48,28 +50,48 @@ func Binary() (string, error) {
 		dir = filepath.Join(cache, "drivesync", "minio")
 	}
 	bin := filepath.Join(dir, "minio")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	// Built into a directory of its own and renamed into place, so that
-	// two test binaries building at once never run a half-written file.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	lock := filepath.Join(dir, "building")
+	for {
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
+		}
+		err := os.Mkdir(lock, 0o755)
+		if err == nil {
+			defer os.Remove(lock)
+			return bin, build(dir, bin)
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+		// Another process is building it; a lock older than any build
+		// is one whose builder died.
+		if info, err := os.Stat(lock); err == nil && time.Since(info.ModTime()) > 30*time.Minute {
+			os.Remove(lock)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// build installs the server into dir, through a directory of its own and
+// a rename, so that no one runs a half-written file.
+func build(dir, bin string) error {
+	if _, err := os.Stat(bin); err == nil {
+		return nil
+	}
 	tmp, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.Command("go", "install", Module)
+	cmd := exec.Command("go", "install", "-trimpath", "-ldflags=-s -w", Module)
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s: %v\n%s", Module, err, out)
+		return fmt.Errorf("go install %s: %v\n%s", Module, err, out)
 	}
-	if err := os.Rename(filepath.Join(tmp, "minio"), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return os.Rename(filepath.Join(tmp, "minio"), bin)
 }
 
 // Server is one MinIO process on loopback with a data directory of its
