@@ -107,7 +107,10 @@ func parseFileName(name string) (kind fileKind, at time.Time, device string, ok 
 	}
 	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
 	device = rest[len(nameTimeLayout)+1:]
-	if err != nil || checkDeviceID(device) != nil {
+	if err != nil || at.Format(nameTimeLayout) != rest[:len(nameTimeLayout)] || checkDeviceID(device) != nil {
+		// Only the one spelling the engine writes: time.Parse also takes
+		// a comma for the decimal point, and two names for one file
+		// would be two files to the ledger.
 		return 0, time.Time{}, "", false
 	}
 	if path.Dir(name) != at.Format("2006/01/02") {
