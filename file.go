@@ -84,9 +84,25 @@ func remoteFileName(kind fileKind, at time.Time, device string) string {
 }
 
 // parseFileName returns the kind, time and device a file name claims; ok
-// is false for a name the engine does not write, a name outside the day
-// folder of its time included.
+// is false for a name the engine does not write: only the one spelling
+// of a name remoteFileName makes is taken, in the day folder of its
+// time. A file elsewhere is another store's kept below this one's root
+// (an S3 store under a prefix of the bucket's root store, a store's
+// folder inside another's), which must be neither applied nor compacted
+// here; and time.Parse also takes a comma for the decimal point, but two
+// names for one file would be two files to the ledger.
 func parseFileName(name string) (kind fileKind, at time.Time, device string, ok bool) {
+	kind, at, device, ok = parseFileNameAnywhere(name)
+	if !ok || name != remoteFileName(kind, at, device) {
+		return 0, time.Time{}, "", false
+	}
+	return kind, at, device, true
+}
+
+// parseFileNameAnywhere is parseFileName for a name in any folder and
+// spelling: the names that snapshot headers of older engines may list
+// (they took another store's files below theirs in as their own).
+func parseFileNameAnywhere(name string) (kind fileKind, at time.Time, device string, ok bool) {
 	if checkRemoteName(name) != nil {
 		return 0, time.Time{}, "", false // "..", absolute, hidden: not a name we write
 	}
@@ -107,17 +123,7 @@ func parseFileName(name string) (kind fileKind, at time.Time, device string, ok 
 	}
 	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
 	device = rest[len(nameTimeLayout)+1:]
-	if err != nil || at.Format(nameTimeLayout) != rest[:len(nameTimeLayout)] || checkDeviceID(device) != nil {
-		// Only the one spelling the engine writes: time.Parse also takes
-		// a comma for the decimal point, and two names for one file
-		// would be two files to the ledger.
-		return 0, time.Time{}, "", false
-	}
-	if path.Dir(name) != at.Format("2006/01/02") {
-		// Not where the engine puts it: the file of another store kept
-		// below this one's root (an S3 store under a prefix of the
-		// bucket's root store, a store's folder inside another's), which
-		// must be neither applied nor compacted here.
+	if err != nil || checkDeviceID(device) != nil {
 		return 0, time.Time{}, "", false
 	}
 	return kind, at, device, true

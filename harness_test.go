@@ -159,6 +159,12 @@ func runSchedules(t *testing.T, n, full, underRace int, b backend) {
 			size = c
 		}
 	}
+	if testing.Short() {
+		size /= 5 // as rapid does
+		if size == 0 {
+			t.Fatal("-short leaves rapid no checks: set -rapid.checks to 5 or more")
+		}
+	}
 	// A small run still takes two batches, for two cores; a batch whose
 	// share is under rapid's checks lets the rest of them pass at once
 	// (a failure found within its share still fails, though its

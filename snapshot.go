@@ -379,9 +379,12 @@ func (s *syncRun) heldFiles(ctx context.Context) (held, knows []string, err erro
 		// Oldest first, and no more than the store lets a header list:
 		// a file left out is neither compacted nor skipped by a new
 		// device, which costs bytes but loses nothing.
-		switch k, _, _, _ := parseFileName(name); {
+		switch k, _, _, ok := parseFileName(name); {
 		case !present[name]:
 			gone = append(gone, name)
+		case !ok:
+			// Another store's file, which an older engine applied as
+			// its own: not held, so nothing compacts it.
 		case k == kindSnapshot:
 			if int64(len(knows)) < s.limits.MaxHeldFiles {
 				knows = append(knows, name)

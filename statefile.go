@@ -340,7 +340,11 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 				return h, fmt.Errorf("%w: %s lists %d files, over the store's MaxHeldFiles (%d)", errTooLarge, key, len(names), l.MaxHeldFiles)
 			}
 			for _, name := range names {
-				kind, _, _, ok := parseFileName(name)
+				// Any folder: an older engine's snapshot may list another
+				// store's file it took in. Held here, such a name is never
+				// compacted: compaction deletes only names parseFileName
+				// takes.
+				kind, _, _, ok := parseFileNameAnywhere(name)
 				if !ok || len(name) > maxHeldName || (kind == kindSnapshot) != (key == "knows") {
 					return h, fmt.Errorf("%s: %q is not a name of the right kind", key, name)
 				}
