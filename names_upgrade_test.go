@@ -4,48 +4,11 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// nestedSetup makes a folder store at root with another store nested in
-// root/other, whose device wrote a patch file there. It returns the
-// outer remote and the nested file's name as the outer store lists it.
-func nestedSetup(t *testing.T) (root string, outer Remote, foreign string) {
-	t.Helper()
-	root = t.TempDir()
-	outer, err := NewFolderRemote(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(root, "other"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	inner, err := NewFolderRemote(filepath.Join(root, "other"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	i1 := newDevice(t, "dev-i1", inner)
-	i1.put("x", `{"v":"inner"}`)
-	i1.sync()
-	files, err := outer.List(context.Background(), time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if strings.HasPrefix(f.Name, "other/") && strings.Contains(f.Name, "/patch_") {
-			foreign = f.Name
-		}
-	}
-	if foreign == "" {
-		t.Fatal("no nested patch file listed")
-	}
-	return root, outer, foreign
-}
 
 // A device that synced the outer store with an engine that took files in
 // any folder applied the nested store's file, and recorded it in
@@ -55,7 +18,7 @@ func nestedSetup(t *testing.T) (root string, outer Remote, foreign string) {
 // folder, refused: the device could never write a snapshot again, and
 // the store was never compacted. Such a name is left out of headers now.
 func TestUpgradedLedgerWithNestedNameStillSnapshots(t *testing.T) {
-	_, outer, foreign := nestedSetup(t)
+	_, outer, _, foreign := nestedSetup(t)
 	o := newDevice(t, "dev-o", outer)
 	o.put("y", `{"v":"outer"}`)
 	o.sync()
@@ -74,7 +37,7 @@ func TestUpgradedLedgerWithNestedNameStillSnapshots(t *testing.T) {
 // engine had compacted the patch files the snapshot held, a device joining
 // could not get their records. Headers take names in any folder.
 func TestOldSnapshotListingNestedNameAccepted(t *testing.T) {
-	root, outer, foreign := nestedSetup(t)
+	root, outer, _, foreign := nestedSetup(t)
 	o := newDevice(t, "dev-o", outer)
 	o.put("y", `{"v":"outer"}`)
 	o.sync()

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A store kept below another's root (a folder store inside another's
@@ -14,21 +15,7 @@ import (
 // neither apply them nor, compacting, delete them. Names the engine
 // writes sit in the day folder of their time, and only those are taken.
 func TestNestedStoreIgnored(t *testing.T) {
-	root := t.TempDir()
-	outer, err := NewFolderRemote(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(root, "other"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	inner, err := NewFolderRemote(filepath.Join(root, "other"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	i1 := newDevice(t, "dev-i1", inner)
-	i1.put("x", `{"v":"inner"}`)
-	i1.sync()
+	root, outer, inner, _ := nestedSetup(t)
 	o := newDevice(t, "dev-o", outer)
 	o.sync()
 	if got := o.get("x"); got != "" {
@@ -57,4 +44,39 @@ func TestNestedStoreIgnored(t *testing.T) {
 	if got := i2.get("y"); got != "" {
 		t.Errorf("a new device of the inner store has y = %s, the outer store's", got)
 	}
+}
+
+// nestedSetup makes a folder store at root with another store nested in
+// root/other, whose device dev-i1 wrote record x there. It returns both
+// remotes, and the nested file's name as the outer store lists it.
+func nestedSetup(t *testing.T) (root string, outer, inner Remote, foreign string) {
+	t.Helper()
+	root = t.TempDir()
+	outer, err := NewFolderRemote(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inner, err = NewFolderRemote(filepath.Join(root, "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i1 := newDevice(t, "dev-i1", inner)
+	i1.put("x", `{"v":"inner"}`)
+	i1.sync()
+	files, err := outer.List(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasPrefix(f.Name, "other/") && strings.Contains(f.Name, "/patch_") {
+			foreign = f.Name
+		}
+	}
+	if foreign == "" {
+		t.Fatal("no nested patch file listed")
+	}
+	return root, outer, inner, foreign
 }

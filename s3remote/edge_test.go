@@ -253,24 +253,9 @@ func TestRootStoreLeavesPrefixStoresAlone(t *testing.T) {
 	bucket := newBucket(t)
 	const schema = `CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT)`
 	open := func(prefix, name string, cfg drivesync.Config) (*sql.DB, *drivesync.Engine) {
-		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		if _, err := db.Exec(schema); err != nil {
-			t.Fatal(err)
-		}
-		r, err := New(ctx, newClient(), bucket, Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Remote, cfg.Tables, cfg.DeviceID = r, []drivesync.Table{{Name: "items"}}, name
-		eng, err := drivesync.Open(ctx, db, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db, eng
+		return openDevice(t, newClient(), bucket, Options{Prefix: prefix}, name, schema, func(c *drivesync.Config) {
+			c.ListOverlap, c.Retention = cfg.ListOverlap, cfg.Retention
+		})
 	}
 	// Store "other" under the prefix other/: one device writes a row.
 	o1, eo1 := open("other", "dev-o1", drivesync.Config{})
@@ -463,17 +448,7 @@ func TestMergeFileUploadedInPartsDatedAtItsStart(t *testing.T) {
 	const hold = 5 * time.Second
 	endpoint, initiated := awsLikeProxy(t, bucket, hold)
 	const schema = `CREATE TABLE items (id TEXT PRIMARY KEY, data BLOB)`
-	newDB := func(name string) *sql.DB {
-		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		if _, err := db.Exec(schema); err != nil {
-			t.Fatal(err)
-		}
-		return db
-	}
+	newDB := func(name string) *sql.DB { return openDB(t, name, schema) }
 	engine := func(db *sql.DB, name, prefix string, overlap time.Duration) *drivesync.Engine {
 		r, err := New(ctx, miniotest.ClientAt(endpoint, nil), bucket, Options{Prefix: prefix, PartSize: 5 << 20, MinSleep: time.Millisecond})
 		if err != nil {

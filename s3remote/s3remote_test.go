@@ -187,14 +187,7 @@ func TestServerKilledMidSync(t *testing.T) {
 func openDevice(t testing.TB, client *s3.Client, bucket string, opts Options, name, schema string, edit ...func(*drivesync.Config)) (*sql.DB, *drivesync.Engine) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(schema); err != nil {
-		t.Fatal(err)
-	}
+	db := openDB(t, name, schema)
 	r, err := New(ctx, client, bucket, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -417,4 +410,18 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: %d requests, want %d", c.name, n, c.sent)
 		}
 	}
+}
+
+// openDB opens a device's SQLite database, of its own, with schema.
+func openDB(t testing.TB, name, schema string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(schema); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
