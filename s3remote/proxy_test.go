@@ -164,6 +164,11 @@ func TestNetworkCutAndSlowed(t *testing.T) {
 	if _, err := ea.Sync(ctx); err != nil {
 		t.Errorf("sync with two connections cut: %v, want it retried to success", err)
 	}
+	p.mu.Lock()
+	if p.cuts != 0 {
+		t.Errorf("%d of the 2 cuts left: the sync did not meet them, and the test did not test", p.cuts)
+	}
+	p.mu.Unlock()
 	arrives("cut twice")
 
 	// Every connection cut: the retries run out.

@@ -35,7 +35,7 @@ var server *miniotest.Server
 
 func TestMain(m *testing.M) {
 	s, err := miniotest.Start()
-	if err != nil && !(miniotest.IsBuildError(err) && !miniotest.Required()) {
+	if err != nil && !miniotest.Skippable(err) {
 		fmt.Fprintln(os.Stderr, "s3remote:", err)
 		os.Exit(1)
 	}

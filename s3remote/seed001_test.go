@@ -343,6 +343,15 @@ func TestRequestsPerSync(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t)
 	ca, cb := &counting{}, &counting{}
+	// New: a HeadBucket for the clock, and the self-test's two puts and
+	// its delete.
+	cn := &counting{}
+	if _, err := New(ctx, miniotest.ClientAt(server.Endpoint, cn), bucket, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := cn.requests.Load(); n != 4 {
+		t.Errorf("New: %d requests, want 4", n)
+	}
 	a, ea := openDevice(t, miniotest.ClientAt(server.Endpoint, ca), bucket, Options{}, "dev-a", raceSchema)
 	_, eb := openDevice(t, miniotest.ClientAt(server.Endpoint, cb), bucket, Options{}, "dev-b", raceSchema)
 	for _, e := range []*drivesync.Engine{ea, eb, ea, eb} {

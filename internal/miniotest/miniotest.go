@@ -147,9 +147,8 @@ func (e *buildError) Error() string {
 func ForTest(t testing.TB) *Server {
 	t.Helper()
 	s, err := Start()
-	var be *buildError
 	switch {
-	case errors.As(err, &be) && os.Getenv("DRIVESYNC_REQUIRE_S3") == "":
+	case Skippable(err):
 		t.Skip(err)
 	case err != nil:
 		t.Fatal(err)
@@ -158,15 +157,11 @@ func ForTest(t testing.TB) *Server {
 	return s
 }
 
-// Required says whether a server that cannot be built fails the tests
-// rather than skipping them.
-func Required() bool { return os.Getenv("DRIVESYNC_REQUIRE_S3") != "" }
-
-// IsBuildError says whether Start failed because the server could not be
-// built.
-func IsBuildError(err error) bool {
+// Skippable says whether Start's error lets the S3 tests skip: the server
+// could not be built, and DRIVESYNC_REQUIRE_S3 (CI) is not set.
+func Skippable(err error) bool {
 	var be *buildError
-	return errors.As(err, &be)
+	return errors.As(err, &be) && os.Getenv("DRIVESYNC_REQUIRE_S3") == ""
 }
 
 // Run starts the server process (again, after Kill) on its address and
