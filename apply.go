@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
@@ -126,7 +128,7 @@ func (s *applier) apply(ctx context.Context) error {
 // app's row and pending mark.
 func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 	t := s.e.tables[c.table]
-	st := &recordState{node: &node{}}
+	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {
 		// Only this engine writes sync_states, so a record it had no
 		// state for when planning still has none.
@@ -156,7 +158,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		if c.flags&planNoop != 0 && c.base == nil {
 			// Planned with no row and no edit (see planRecord): still no
 			// row is still no edit.
-			want = &node{}
+			want = &merge.Node{}
 		}
 		same, err := s.rowMatches(ctx, t, c.record, want)
 		if err != nil {
@@ -185,7 +187,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		// key order, a projection column written alone): rewrite it.
 		return s.writeRow(ctx, t, c.record, st.node)
 	} // else clearPending removes all pending marks at once
-	if c.flags&planRowCanonical != 0 || !st.node.exists() {
+	if c.flags&planRowCanonical != 0 || !st.node.Exists() {
 		return nil // the row already holds exactly this content, or is gone
 	}
 	if c.base == nil {
@@ -194,7 +196,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		return s.writeRow(ctx, t, c.record, st.node)
 	}
 	// The row exists (its content is what was planned): update in place.
-	return s.rowResult(t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.value()))))
+	return s.rowResult(t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value()))))
 }
 
 // clearPending removes, when nothing else wrote during the sync, every
@@ -318,7 +320,7 @@ func (s *applier) rebasePending(ctx context.Context) error {
 		mine, _ = t.rowRecord(base, mine)
 		edits := mine
 		if base != nil {
-			edits = diff(*base, mine)
+			edits = merge.Diff(*base, mine)
 		}
 		st, err := s.loadState(ctx, k.table, k.record)
 		if err != nil {
@@ -331,11 +333,11 @@ func (s *applier) rebasePending(ctx context.Context) error {
 		// row the app created is exactly what it wrote, also over a
 		// tombstone (the next sync sends it as a new record).
 		var merged *jsonv.Value
-		if st.node.exists() || st.node.hasContent() && base != nil {
-			v := st.node.value()
+		if st.node.Exists() || st.node.HasContent() && base != nil {
+			v := st.node.Value()
 			merged = &v
 		}
-		if !st.node.exists() && merged != nil {
+		if !st.node.Exists() && merged != nil {
 			s.revived[k] = string(jsonv.Encode(*merged))
 		}
 		if err := s.writeContent(ctx, t, k.record, layEdits(merged, edits)); err != nil {
@@ -349,12 +351,12 @@ func (s *applier) rebasePending(ctx context.Context) error {
 // none), as RFC 7396 does: the same merge as everywhere else, with stamps
 // ordering the edits after the state.
 func layEdits(state *jsonv.Value, edits jsonv.Value) jsonv.Value {
-	row := &node{}
+	row := &merge.Node{}
 	if state != nil {
-		row = newRecordState(*state, stamp{version: 1})
+		row = merge.NewRecordState(*state, merge.Stamp{Version: 1})
 	}
-	row.applyPatch(edits, stamp{version: 2})
-	return row.value()
+	row.ApplyPatch(edits, merge.Stamp{Version: 2})
+	return row.Value()
 }
 
 // editsSince returns the app's edits of a row that showed base (JSON text;
@@ -367,7 +369,7 @@ func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
 	if err != nil {
 		return cur
 	}
-	return diff(b, cur)
+	return merge.Diff(b, cur)
 }
 
 // recordFiles remembers the files applied, uploaded and rejected, empties
@@ -457,16 +459,16 @@ ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'app
 
 // rowMatches reports whether the app's row holds exactly the content of
 // state n (both absent counts as a match).
-func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *node) (bool, error) {
+func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *merge.Node) (bool, error) {
 	text, ok, err := t.readRow(ctx, s, id)
 	if err == nil && !ok {
-		return !n.exists(), nil
+		return !n.Exists(), nil
 	}
-	if err != nil || !n.exists() {
+	if err != nil || !n.Exists() {
 		return false, nil
 	}
 	v, err := jsonv.ParseObject([]byte(text), jsonv.Options{})
-	state := n.value()
+	state := n.Value()
 	if err != nil {
 		return false, nil
 	}
@@ -476,11 +478,11 @@ func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *no
 
 // writeRow makes the app's row show state n, with is_syncing set so the
 // triggers stay quiet.
-func (s *applier) writeRow(ctx context.Context, t *tableInfo, id string, n *node) error {
-	if !n.exists() {
+func (s *applier) writeRow(ctx context.Context, t *tableInfo, id string, n *merge.Node) error {
+	if !n.Exists() {
 		return s.rowResult(t, id, t.deleteRow(ctx, s, id))
 	}
-	return s.writeContent(ctx, t, id, n.value())
+	return s.writeContent(ctx, t, id, n.Value())
 }
 
 func (s *applier) writeContent(ctx context.Context, t *tableInfo, id string, v jsonv.Value) error {
@@ -662,7 +664,7 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 
 // recordState is a record's merge state as loaded from sync_states.
 type recordState struct {
-	node    *node
+	node    *merge.Node
 	data    *jsonv.Value // synced content before this change, nil if none
 	stored  string       // stored record_data + clock, to skip no-op writes
 	changed bool
@@ -673,7 +675,7 @@ func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordS
 	var deleted bool
 	err := s.queryRow(ctx, `SELECT record_data, clock, is_deleted FROM sync_states WHERE table_name = ?1 AND record_id = ?2`, []any{table, record}, &data, &clock, &deleted)
 	if errors.Is(err, sql.ErrNoRows) {
-		return &recordState{node: &node{}}, nil
+		return &recordState{node: &merge.Node{}}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -686,7 +688,7 @@ func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordS
 	if !deleted {
 		st.data = &content
 	}
-	if st.node, err = decodeState(content, []byte(clock), deleted); err != nil {
+	if st.node, err = merge.DecodeState(content, []byte(clock), deleted); err != nil {
 		return nil, &Error{Op: "load state", Table: table, Record: record, Err: err}
 	}
 	return st, nil
@@ -702,7 +704,7 @@ func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange
 
 // storeState stores st, the state of c's record, if it changed.
 func (s *syncRun) storeState(ctx context.Context, st *recordState, c fileChange) error {
-	data, clock := encodeState(st.node)
+	data, clock := merge.EncodeState(st.node)
 	if data+"\x00"+clock == st.stored {
 		return nil
 	}
@@ -712,7 +714,7 @@ func (s *syncRun) storeState(ctx context.Context, st *recordState, c fileChange)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_data, clock = excluded.clock,
 	sync_version = excluded.sync_version, device_id = excluded.device_id, is_deleted = excluded.is_deleted`,
-		c.table, c.record, data, clock, st.node.newest().version, st.node.newest().device, !st.node.exists())
+		c.table, c.record, data, clock, st.node.Newest().Version, st.node.Newest().Device, !st.node.Exists())
 	if err != nil {
 		return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
@@ -738,22 +740,22 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 // lookup. A state file's record is stored as it came (validated and
 // canonical), with a nil node.
 func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
-	var n *node
-	data, clock, at, gone := string(c.patch), string(c.clock), stamp{c.version, c.device}, c.deleted
+	var n *merge.Node
+	data, clock, at, gone := string(c.patch), string(c.clock), merge.Stamp{Version: c.version, Device: c.device}, c.deleted
 	if c.clock == nil {
-		n = &node{}
+		n = &merge.Node{}
 		if err := applyChange(n, c, device); err != nil {
 			return nil, err
 		}
-		data, clock = encodeState(n)
-		at, gone = n.newest(), !n.exists()
+		data, clock = merge.EncodeState(n)
+		at, gone = n.Newest(), !n.Exists()
 	}
 	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
 	if err != nil {
 		return nil, err
 	}
-	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, at.version, at.device, gone)
+	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, at.Version, at.Device, gone)
 	if err != nil {
 		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}

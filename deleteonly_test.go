@@ -3,6 +3,8 @@ package drivesync
 import (
 	"context"
 	"testing"
+
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // A device that receives a record's delete before the record's writes
@@ -41,9 +43,9 @@ func TestSnapshotWithRecordKnownOnlyByItsDelete(t *testing.T) {
 // The delete's stamp of a state file's record is checked like every other
 // stamp.
 func TestStateEntryDeleteStampChecked(t *testing.T) {
-	n := &node{}
-	n.applyDelete(stamp{5, "dev-b"})
-	data, clock := encodeState(n)
+	n := &merge.Node{}
+	n.ApplyDelete(merge.Stamp{Version: 5, Device: "dev-b"})
+	data, clock := merge.EncodeState(n)
 	e := stateEntry{Table: "notes", Record: "r", State: []byte(data), Clock: []byte(clock), Deleted: true}
 	if _, err := validateStateEntry(e, 1<<20, map[string]bool{}); err != nil {
 		t.Fatalf("a record known only by its delete: %v", err)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // DefaultListOverlap is how far before its cursor the engine lists the
@@ -193,7 +195,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		return nil, errors.New("drivesync: Open: Config.Tables is empty: name the tables to sync")
 	}
 	if cfg.DeviceID != "" {
-		if err := checkDeviceID(cfg.DeviceID); err != nil {
+		if err := merge.CheckDeviceID(cfg.DeviceID); err != nil {
 			return nil, err
 		}
 	}

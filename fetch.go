@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
 	"github.com/google/uuid"
 )
 
@@ -269,15 +270,15 @@ func (f *fetcher) keep(d *downloaded, sp *spool, maxV int64) {
 }
 
 // checkVersions rejects a received file, named at "at", whose largest
-// version v is above what its time allows (see versionsAllowed). A file
+// version v is above what its time allows (see merge.VersionsAllowed). A file
 // named later than this device's clock is judged by the clock; it is read
 // again once the clock has reached the time its versions need.
 func (f *fetcher) checkVersions(at time.Time, v int64) error {
-	if v > versionsAllowed(at) {
-		return fmt.Errorf("version %d is above %d, the most a file named at %s may carry: the file is broken or hostile", v, versionsAllowed(at), at.UTC().Format(time.RFC3339))
+	if v > merge.VersionsAllowed(at) {
+		return fmt.Errorf("version %d is above %d, the most a file named at %s may carry: the file is broken or hostile", v, merge.VersionsAllowed(at), at.UTC().Format(time.RFC3339))
 	}
-	if v > versionsAllowed(f.l.cursor) {
-		return &versionsAheadError{v: v, at: versionTime(v)}
+	if v > merge.VersionsAllowed(f.l.cursor) {
+		return &versionsAheadError{v: v, at: merge.VersionTime(v)}
 	}
 	return nil
 }

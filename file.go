@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
@@ -123,7 +125,7 @@ func parseFileNameAnywhere(name string) (kind fileKind, at time.Time, device str
 	}
 	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
 	device = rest[len(nameTimeLayout)+1:]
-	if err != nil || checkDeviceID(device) != nil {
+	if err != nil || merge.CheckDeviceID(device) != nil {
 		return 0, time.Time{}, "", false
 	}
 	return kind, at, device, true
@@ -207,9 +209,9 @@ func (pw *patchWriter) entry(b []byte, c fileChange) []byte {
 	b = fmt.Appendf(b, `,"is_deleted":%t,"sync_version":%d`, deleted, version)
 	if c.flags&changeReplaces != 0 {
 		b = append(b, `,"replaces":true`...)
-		if c.reset.version > 0 {
-			b = fmt.Appendf(b, `,"reset":{"sync_version":%d,"device":`, c.reset.version)
-			b = jsonv.AppendString(b, c.reset.device)
+		if c.reset.Version > 0 {
+			b = fmt.Appendf(b, `,"reset":{"sync_version":%d,"device":`, c.reset.Version)
+			b = jsonv.AppendString(b, c.reset.Device)
 			b = append(b, '}')
 		}
 	}
@@ -219,7 +221,7 @@ func (pw *patchWriter) entry(b []byte, c fileChange) []byte {
 // entryFormat is the oldest patch format that holds change c: 3 for a
 // replacing write with its reset, else 2.
 func entryFormat(c fileChange) int {
-	if c.flags&changeReplaces != 0 && c.reset.version > 0 {
+	if c.flags&changeReplaces != 0 && c.reset.Version > 0 {
 		return 3
 	}
 	return 2
@@ -376,7 +378,6 @@ const (
 	DefaultMaxRecordSize   = 4 << 20   // bytes of one write, or one record of a snapshot
 	DefaultMaxSnapshotSize = 16 << 30  // bytes of one snapshot or merge file
 	DefaultMaxHeldFiles    = 1 << 20   // file names in one snapshot header
-	maxRecordIDLen         = 1024
 )
 
 // withDefaults returns l with every unset field at its default.
@@ -499,7 +500,7 @@ type fileChange struct {
 	flags         uint8 // changeHard, changeReplaces; own plan only: planNoop, planRowCanonical, planNoState
 	// reset, for a replacing write of format 3: the newest write or delete
 	// of the record its writer had seen (zero: the version before its own).
-	reset stamp
+	reset merge.Stamp
 	// base, own plan only: what the app's row held when the plan read it
 	// (nil: no row), the base of the app's writes during the sync.
 	base []byte
@@ -634,14 +635,14 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 }
 
 func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
-	if err := checkTableName(e.Table); err != nil {
+	if err := merge.CheckTableName(e.Table); err != nil {
 		return fileChange{}, err
 	}
-	if e.Record == "" || len(e.Record) > maxRecordIDLen {
-		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), maxRecordIDLen)
+	if e.Record == "" || len(e.Record) > merge.MaxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), merge.MaxRecordIDLen)
 	}
-	if e.Version < 1 || e.Version > maxVersion {
-		return fileChange{}, fmt.Errorf("sync_version %d out of range (1-%d)", e.Version, int64(maxVersion))
+	if e.Version < 1 || e.Version > merge.MaxVersion {
+		return fileChange{}, fmt.Errorf("sync_version %d out of range (1-%d)", e.Version, int64(merge.MaxVersion))
 	}
 	if int64(len(e.Patch)) > maxRecord {
 		// Checked before parsing: a parsed tree takes many times its
@@ -655,14 +656,14 @@ func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
 	case e.Replaces && format >= 3 && e.Reset == nil:
 		return fileChange{}, fmt.Errorf("%s/%s: a replacing write of format 3 must name its reset", e.Table, e.Record)
 	case e.Replaces && format >= 3:
-		if e.Reset.Version < 1 || e.Reset.Version >= e.Version || checkDeviceID(e.Reset.Device) != nil {
+		if e.Reset.Version < 1 || e.Reset.Version >= e.Version || merge.CheckDeviceID(e.Reset.Device) != nil {
 			return fileChange{}, fmt.Errorf("%s/%s: reset {%d %q} must be a valid stamp below the write's version %d", e.Table, e.Record, e.Reset.Version, e.Reset.Device, e.Version)
 		}
 		if e.Deleted {
 			return fileChange{}, fmt.Errorf("%s/%s: a replacing patch cannot be a delete", e.Table, e.Record)
 		}
 		c.flags |= changeReplaces
-		c.reset = stamp{e.Reset.Version, e.Reset.Device}
+		c.reset = merge.Stamp{Version: e.Reset.Version, Device: e.Reset.Device}
 	case e.Replaces && (format < 2 || e.Deleted || e.Version < 2):
 		return fileChange{}, fmt.Errorf("%s/%s: a replacing patch must be a format 2 write of version 2 or more", e.Table, e.Record)
 	case e.Replaces:
@@ -717,9 +718,9 @@ func (s *spool) add(c fileChange) error {
 	b = append(b, c.patch...)
 	b = binary.AppendUvarint(b, uint64(len(c.device)))
 	b = append(b, c.device...)
-	b = binary.AppendUvarint(b, uint64(c.reset.version))
-	b = binary.AppendUvarint(b, uint64(len(c.reset.device)))
-	b = append(b, c.reset.device...)
+	b = binary.AppendUvarint(b, uint64(c.reset.Version))
+	b = binary.AppendUvarint(b, uint64(len(c.reset.Device)))
+	b = append(b, c.reset.Device...)
 	for _, opt := range [][]byte{c.clock, c.base} {
 		if opt == nil {
 			b = append(b, 0)
@@ -786,8 +787,8 @@ func (s *spool) each(fn func(fileChange) error) error {
 		if v, err = binary.ReadUvarint(r); err != nil {
 			return fmt.Errorf("drivesync: read spool: %w", err)
 		}
-		c.reset.version = int64(v)
-		if c.reset.device, err = str(); err != nil {
+		c.reset.Version = int64(v)
+		if c.reset.Device, err = str(); err != nil {
 			return fmt.Errorf("drivesync: read spool: %w", err)
 		}
 		for _, opt := range []*[]byte{&c.clock, &c.base} {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -27,7 +29,7 @@ func FuzzDecodePatchFile(f *testing.F) {
 		w.Close()
 		for _, in := range [][]byte{data, gz.Bytes()} {
 			decodePatchFile(bytes.NewReader(in), "d", 1<<20, 1<<16, func(c fileChange) error {
-				if checkTableName(c.table) != nil || c.record == "" || c.version < 1 || c.version > maxVersion {
+				if merge.CheckTableName(c.table) != nil || c.record == "" || c.version < 1 || c.version > merge.MaxVersion {
 					t.Fatalf("accepted a bad change %+v", c)
 				}
 				if _, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true}); err != nil {
@@ -46,14 +48,14 @@ func FuzzParsePatchName(f *testing.F) {
 	f.Add("patch_x_y.json.gz", int64(0), "")
 	f.Fuzz(func(t *testing.T, name string, ms int64, device string) {
 		if at, dev, ok := parsePatchName(name); ok {
-			if checkDeviceID(dev) != nil {
+			if merge.CheckDeviceID(dev) != nil {
 				t.Fatalf("%q: accepted device %q", name, dev)
 			}
 			if back := patchFileName(at, dev); name != back {
 				t.Fatalf("%q parsed as (%v, %q), which names %q", name, at, dev, back)
 			}
 		}
-		if checkDeviceID(device) != nil || ms < 0 || ms > 253402300799999 {
+		if merge.CheckDeviceID(device) != nil || ms < 0 || ms > 253402300799999 {
 			return
 		}
 		at := time.UnixMilli(ms).UTC()
@@ -80,10 +82,10 @@ func FuzzDiffApply(f *testing.F) {
 			return
 		}
 		want := string(jsonv.Encode(b))
-		p := diff(a, b)
-		n := newRecordState(a, stamp{1, "x"})
-		n.applyPatch(p, stamp{2, "y"})
-		if got := string(jsonv.Encode(n.value())); got != want {
+		p := merge.Diff(a, b)
+		n := merge.NewRecordState(a, merge.Stamp{Version: 1, Device: "x"})
+		n.ApplyPatch(p, merge.Stamp{Version: 2, Device: "y"})
+		if got := string(jsonv.Encode(n.Value())); got != want {
 			t.Fatalf("merge: apply(%s, %s) = %s, want %s", jsonv.Encode(a), jsonv.Encode(p), got, want)
 		}
 		// The reference library drops null members of objects inside
@@ -100,9 +102,9 @@ func FuzzDiffApply(f *testing.F) {
 			}
 		}
 		// The stored form round-trips.
-		back, err := decodeState(n.value(), encodeClock(n), false)
-		if err != nil || string(encodeClock(back)) != string(encodeClock(n)) {
-			t.Fatalf("clock round trip of %s: %v", encodeClock(n), err)
+		back, err := merge.DecodeState(n.Value(), merge.EncodeClock(n), false)
+		if err != nil || string(merge.EncodeClock(back)) != string(merge.EncodeClock(n)) {
+			t.Fatalf("clock round trip of %s: %v", merge.EncodeClock(n), err)
 		}
 	})
 }

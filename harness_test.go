@@ -29,6 +29,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/drivesync/drivesync/internal/drivefake"
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // The reliability harness: random multi-device schedules of app writes
@@ -845,14 +846,14 @@ func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
 	var v int64
 	switch {
 	case kind == 0:
-		v = maxVersion
+		v = merge.MaxVersion
 	case kind == 1:
-		v = maxVersion + 1
+		v = merge.MaxVersion + 1
 	case kind == 2 || w.hostileJumped:
-		v = versionsAllowed(now) + 1<<45 + rapid.Int64Range(0, 1<<40).Draw(rt, "far") // a year ahead
+		v = merge.VersionsAllowed(now) + 1<<45 + rapid.Int64Range(0, 1<<40).Draw(rt, "far") // a year ahead
 		kind = 2
 	default:
-		v = versionsAllowed(now) - rapid.Int64Range(0, 1<<20).Draw(rt, "belowBound")
+		v = merge.VersionsAllowed(now) - rapid.Int64Range(0, 1<<20).Draw(rt, "belowBound")
 		w.hostileJumped = true
 	}
 	dev := "hostile-" + label

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	"github.com/drivesync/drivesync/internal/jsonv"
 	"pgregory.net/rapid"
 )
@@ -296,16 +298,16 @@ func TestSplitPatchEqualsWhole(t *testing.T) {
 		if err != nil {
 			t.Skip("a value over the limit")
 		}
-		whole := newRecordState(base, stamp{1, "d"})
-		whole.applyPatch(patch, stamp{2, "d"})
-		split := newRecordState(base, stamp{1, "d"})
+		whole := merge.NewRecordState(base, merge.Stamp{Version: 1, Device: "d"})
+		whole.ApplyPatch(patch, merge.Stamp{Version: 2, Device: "d"})
+		split := merge.NewRecordState(base, merge.Stamp{Version: 1, Device: "d"})
 		for i, p := range parts {
 			if n := int64(len(jsonv.Encode(p))); n > limit {
 				t.Fatalf("part %s has %d bytes, over %d", jsonv.Encode(p), n, limit)
 			}
-			split.applyPatch(p, stamp{int64(2 + i), "d"})
+			split.ApplyPatch(p, merge.Stamp{Version: int64(2 + i), Device: "d"})
 		}
-		if got, want := string(jsonv.Encode(split.value())), string(jsonv.Encode(whole.value())); got != want {
+		if got, want := string(jsonv.Encode(split.Value())), string(jsonv.Encode(whole.Value())); got != want {
 			t.Fatalf("parts %v give %s, the whole patch %s", parts, got, want)
 		}
 	})

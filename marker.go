@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
 	"github.com/google/uuid"
 )
 
@@ -76,7 +77,7 @@ func readMarker(ctx context.Context, r Remote) (m marker, found bool, err error)
 		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: %w", ErrCorruptFile, derr)}
 	case m.Format > markerFormat:
 		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker format %d; this app reads up to %d", ErrUnsupportedFormat, m.Format, markerFormat)}
-	case m.Format < 1 || checkDeviceID(m.Store) != nil:
+	case m.Format < 1 || merge.CheckDeviceID(m.Store) != nil:
 		return m, true, &Error{Op: "read marker", File: markerName, Err: fmt.Errorf("%w: marker has format %d and store %q", ErrCorruptFile, m.Format, m.Store)}
 	}
 	if _, err := m.limits(); err != nil {

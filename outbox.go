@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // The publish phase, and the outbox that makes publishing a patch file
@@ -241,16 +243,16 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 }
 
 // waitForVersions returns a remote time at which this sync's versions are
-// allowed (see versionsAllowed), so that every device takes the file. An
+// allowed (see merge.VersionsAllowed), so that every device takes the file. An
 // honest store is always far below the bound; after a hostile file took
 // the versions near it, a device waits for the clock up to a minute, and
 // beyond that fails the sync, keeping its changes pending.
 func waitForVersions(ctx context.Context, maxSeen int64, now time.Time) (time.Time, error) {
 	// Readers judge by the time the file's name carries: milliseconds.
-	if maxSeen <= versionsAllowed(now.Truncate(time.Millisecond)) {
+	if maxSeen <= merge.VersionsAllowed(now.Truncate(time.Millisecond)) {
 		return now, nil
 	}
-	ready := versionTime(maxSeen).Truncate(time.Millisecond).Add(time.Millisecond)
+	ready := merge.VersionTime(maxSeen).Truncate(time.Millisecond).Add(time.Millisecond)
 	wait := ready.Sub(now)
 	if wait > time.Minute {
 		return now, &Error{Op: "reserve versions", Err: fmt.Errorf("this store's versions (%d) are ahead of the remote's clock until %s: sync again then", maxSeen, ready.UTC().Format(time.RFC3339))}
@@ -311,8 +313,8 @@ func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) 
 // since the plan read them.
 func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	e := s.e
-	if p.maxSeen > maxVersion {
-		return &Error{Op: "reserve versions", Err: fmt.Errorf("versions would pass %d: this store cannot take more changes", int64(maxVersion))}
+	if p.maxSeen > merge.MaxVersion {
+		return &Error{Op: "reserve versions", Err: fmt.Errorf("versions would pass %d: this store cannot take more changes", int64(merge.MaxVersion))}
 	}
 	now, err := e.cfg.Remote.Now(ctx)
 	if err != nil {

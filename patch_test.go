@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"pgregory.net/rapid"
 
@@ -30,38 +32,38 @@ func mustObject(t tb, s string, keepNulls bool) jsonv.Value {
 type change struct {
 	patch   string // merge patch; ignored when deleted
 	deleted bool
-	at      stamp
+	at      merge.Stamp
 	// reset, for a replacing write: every write up to it is gone before
 	// the patch applies (zero: an ordinary write).
-	reset stamp
+	reset merge.Stamp
 }
 
-func applyAll(t tb, changes []change) *node {
+func applyAll(t tb, changes []change) *merge.Node {
 	t.Helper()
-	n := &node{}
+	n := &merge.Node{}
 	for _, c := range changes {
 		c.applyTo(t, n)
 	}
 	return n
 }
 
-func (c change) applyTo(t tb, n *node) {
+func (c change) applyTo(t tb, n *merge.Node) {
 	switch {
 	case c.deleted:
-		n.applyDelete(c.at)
+		n.ApplyDelete(c.at)
 	default:
-		if c.reset.version > 0 {
-			n.reset(absentNode, nil, c.reset)
+		if c.reset.Version > 0 {
+			n.Reset(merge.AbsentNode, nil, c.reset)
 		}
-		n.applyPatch(mustObject(t, c.patch, true), c.at)
+		n.ApplyPatch(mustObject(t, c.patch, true), c.at)
 	}
 }
 
 // stateBytes is what sync_states would store for the record: its content
 // (shown, or hidden under a tombstone), whether it is deleted, its clock.
-func stateBytes(n *node) string {
-	data, clock := encodeState(n)
-	return fmt.Sprintf("%s deleted=%v %s", data, !n.exists(), clock)
+func stateBytes(n *merge.Node) string {
+	data, clock := merge.EncodeState(n)
+	return fmt.Sprintf("%s deleted=%v %s", data, !n.Exists(), clock)
 }
 
 // oracle is the model every device must reach: the patches applied in
@@ -79,18 +81,18 @@ func oracle(t tb, changes []change) (content string, deleted bool) {
 	var events []event
 	for _, c := range changes {
 		events = append(events, event{change: c})
-		if c.reset.version > 0 {
+		if c.reset.Version > 0 {
 			events = append(events, event{change: c, reset: true})
 		}
 	}
-	at := func(e event) stamp {
+	at := func(e event) merge.Stamp {
 		if e.reset {
 			return e.change.reset
 		}
 		return e.at
 	}
 	slices.SortFunc(events, func(a, b event) int {
-		if c := at(a).compare(at(b)); c != 0 {
+		if c := at(a).Compare(at(b)); c != 0 {
 			return c
 		}
 		switch {
@@ -125,13 +127,13 @@ func oracle(t tb, changes []change) (content string, deleted bool) {
 func TestSeedTitleDesc(t *testing.T) {
 	// Device 1 changes title, Device 2 changes desc and syncs
 	// first. Both edits must survive on every device.
-	base := change{patch: `{"title":"A","desc":"A"}`, at: stamp{1, "dev0"}}
-	d2 := change{patch: `{"desc":"B"}`, at: stamp{2, "dev2"}}
-	d1 := change{patch: `{"title":"B"}`, at: stamp{3, "dev1"}}
+	base := change{patch: `{"title":"A","desc":"A"}`, at: merge.Stamp{Version: 1, Device: "dev0"}}
+	d2 := change{patch: `{"desc":"B"}`, at: merge.Stamp{Version: 2, Device: "dev2"}}
+	d1 := change{patch: `{"title":"B"}`, at: merge.Stamp{Version: 3, Device: "dev1"}}
 	want := `{"desc":"B","title":"B"}`
 	for _, order := range [][]change{{base, d2, d1}, {base, d1, d2}, {d1, d2, base}} {
 		n := applyAll(t, order)
-		if got := string(jsonv.Encode(n.value())); got != want {
+		if got := string(jsonv.Encode(n.Value())); got != want {
 			t.Errorf("order %v: got %s, want %s", order, got, want)
 		}
 	}
@@ -140,25 +142,25 @@ func TestSeedTitleDesc(t *testing.T) {
 func TestDesignDivergence(t *testing.T) {
 	// Per-record versions diverge: A and C both saw version 5. A writes x at 7, C writes y at
 	// 6, neither saw the other. Every arrival order must agree.
-	v5 := change{patch: `{"x":0,"y":0}`, at: stamp{5, "b"}}
-	a := change{patch: `{"x":1}`, at: stamp{7, "a"}}
-	c := change{patch: `{"y":1}`, at: stamp{6, "c"}}
+	v5 := change{patch: `{"x":0,"y":0}`, at: merge.Stamp{Version: 5, Device: "b"}}
+	a := change{patch: `{"x":1}`, at: merge.Stamp{Version: 7, Device: "a"}}
+	c := change{patch: `{"y":1}`, at: merge.Stamp{Version: 6, Device: "c"}}
 	want := applyAll(t, []change{v5, a, c})
 	for _, order := range [][]change{{v5, c, a}, {a, v5, c}, {c, a, v5}, {a, c, v5, a, c}} {
 		if got := applyAll(t, order); stateBytes(got) != stateBytes(want) {
 			t.Errorf("got %s, want %s", stateBytes(got), stateBytes(want))
 		}
 	}
-	if got := string(jsonv.Encode(want.value())); got != `{"x":1,"y":1}` {
+	if got := string(jsonv.Encode(want.Value())); got != `{"x":1,"y":1}` {
 		t.Errorf("got %s, want both edits", got)
 	}
 }
 
 func TestTieBrokenByDevice(t *testing.T) {
-	a := change{patch: `{"x":"a"}`, at: stamp{7, "aaaa"}}
-	b := change{patch: `{"x":"b"}`, at: stamp{7, "bbbb"}}
+	a := change{patch: `{"x":"a"}`, at: merge.Stamp{Version: 7, Device: "aaaa"}}
+	b := change{patch: `{"x":"b"}`, at: merge.Stamp{Version: 7, Device: "bbbb"}}
 	for _, order := range [][]change{{a, b}, {b, a}} {
-		if got := string(jsonv.Encode(applyAll(t, order).value())); got != `{"x":"b"}` {
+		if got := string(jsonv.Encode(applyAll(t, order).Value())); got != `{"x":"b"}` {
 			t.Errorf("got %s, want the larger device id to win", got)
 		}
 	}
@@ -170,13 +172,13 @@ func TestTieBrokenByDevice(t *testing.T) {
 // hidden. Before, the record came back holding only the newer edit, which
 // a table with NOT NULL projections could never store.
 func TestDeleteAgainstConcurrentEdit(t *testing.T) {
-	create := change{patch: `{"a":1,"b":1}`, at: stamp{1, "d1"}}
-	del := change{deleted: true, at: stamp{3, "d1"}}
-	older := change{patch: `{"a":2}`, at: stamp{2, "d2"}}
-	newer := change{patch: `{"b":2}`, at: stamp{4, "d2"}}
+	create := change{patch: `{"a":1,"b":1}`, at: merge.Stamp{Version: 1, Device: "d1"}}
+	del := change{deleted: true, at: merge.Stamp{Version: 3, Device: "d1"}}
+	older := change{patch: `{"a":2}`, at: merge.Stamp{Version: 2, Device: "d2"}}
+	newer := change{patch: `{"b":2}`, at: merge.Stamp{Version: 4, Device: "d2"}}
 	want := applyAll(t, []change{create, older, del, newer})
-	if s := string(jsonv.Encode(want.value())); !want.exists() || s != `{"a":2,"b":2}` {
-		t.Fatalf("got %s (exists %v), want the whole record back with the newer edit on top", s, want.exists())
+	if s := string(jsonv.Encode(want.Value())); !want.Exists() || s != `{"a":2,"b":2}` {
+		t.Fatalf("got %s (exists %v), want the whole record back with the newer edit on top", s, want.Exists())
 	}
 	for _, order := range [][]change{{create, del, older, newer}, {newer, older, del, create}, {older, newer, create, del}, {del, newer, create, older}} {
 		if got := applyAll(t, order); stateBytes(got) != stateBytes(want) {
@@ -184,18 +186,18 @@ func TestDeleteAgainstConcurrentEdit(t *testing.T) {
 		}
 	}
 	hidden := applyAll(t, []change{create, older, del})
-	if hidden.exists() {
+	if hidden.Exists() {
 		t.Errorf("record exists after a newer delete: %s", stateBytes(hidden))
 	}
-	if s := string(jsonv.Encode(hidden.value())); s != `{"a":2,"b":1}` {
+	if s := string(jsonv.Encode(hidden.Value())); s != `{"a":2,"b":1}` {
 		t.Errorf("hidden fields %s, want the record as it was when deleted", s)
 	}
 	// A device that saw the delete re-creates the record by diffing the
 	// new row against the hidden fields: exactly the new row comes back.
-	reinsert := change{patch: string(jsonv.Encode(diff(hidden.value(), mustObject(t, `{"c":3}`, false)))), at: stamp{5, "d1"}}
+	reinsert := change{patch: string(jsonv.Encode(merge.Diff(hidden.Value(), mustObject(t, `{"c":3}`, false)))), at: merge.Stamp{Version: 5, Device: "d1"}}
 	got := applyAll(t, []change{reinsert, del, create, older})
-	if s := string(jsonv.Encode(got.value())); !got.exists() || s != `{"c":3}` {
-		t.Errorf("re-insert after delete: got %s (exists %v), want exactly the new row", s, got.exists())
+	if s := string(jsonv.Encode(got.Value())); !got.Exists() || s != `{"c":3}` {
+		t.Errorf("re-insert after delete: got %s (exists %v), want exactly the new row", s, got.Exists())
 	}
 }
 
@@ -214,13 +216,13 @@ func TestDiffApply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		old, new := mustObject(t, tt.old, false), mustObject(t, tt.new, false)
-		p := diff(old, new)
+		p := merge.Diff(old, new)
 		if got := string(jsonv.Encode(p)); got != tt.patch {
 			t.Errorf("diff(%s, %s) = %s, want %s", tt.old, tt.new, got, tt.patch)
 		}
-		n := newRecordState(old, stamp{1, "d"})
-		n.applyPatch(p, stamp{2, "d"})
-		if got := string(jsonv.Encode(n.value())); got != tt.new {
+		n := merge.NewRecordState(old, merge.Stamp{Version: 1, Device: "d"})
+		n.ApplyPatch(p, merge.Stamp{Version: 2, Device: "d"})
+		if got := string(jsonv.Encode(n.Value())); got != tt.new {
 			t.Errorf("apply(%s, diff) = %s, want %s", tt.old, got, tt.new)
 		}
 	}
@@ -260,9 +262,9 @@ func genObject(t *rapid.T, depth int, label string) string {
 func genChanges(t *rapid.T) []change {
 	n := rapid.IntRange(1, 8).Draw(t, "n")
 	var changes []change
-	used := map[stamp]bool{}
+	used := map[merge.Stamp]bool{}
 	for i := range n {
-		at := stamp{rapid.Int64Range(1, 6).Draw(t, "v"), rapid.SampledFrom([]string{"d1", "d2", "d3"}).Draw(t, "dev")}
+		at := merge.Stamp{Version: rapid.Int64Range(1, 6).Draw(t, "v"), Device: rapid.SampledFrom([]string{"d1", "d2", "d3"}).Draw(t, "dev")}
 		if used[at] {
 			continue // a stamp names one write
 		}
@@ -272,8 +274,8 @@ func genChanges(t *rapid.T) []change {
 		case 0:
 			c.deleted = true
 		case 1:
-			if at.version > 1 { // a replacing write: any reset below it
-				c.reset = stamp{rapid.Int64Range(1, at.version-1).Draw(t, "resetv"), rapid.SampledFrom([]string{"d1", "d2", "d3"}).Draw(t, "resetdev")}
+			if at.Version > 1 { // a replacing write: any reset below it
+				c.reset = merge.Stamp{Version: rapid.Int64Range(1, at.Version-1).Draw(t, "resetv"), Device: rapid.SampledFrom([]string{"d1", "d2", "d3"}).Draw(t, "resetdev")}
 			}
 			fallthrough
 		default:
@@ -299,13 +301,13 @@ func TestMergeConverges(t *testing.T) {
 		if stateBytes(got) != stateBytes(ref) {
 			t.Fatalf("order-dependent state:\n got %s\nwant %s", stateBytes(got), stateBytes(ref))
 		}
-		if g, gone := string(jsonv.Encode(valueOrEmpty(got))), !got.exists(); g != want || gone != wantDeleted {
+		if g, gone := string(jsonv.Encode(valueOrEmpty(got))), !got.Exists(); g != want || gone != wantDeleted {
 			t.Fatalf("got %s (deleted %v), want RFC 7396 in stamp order %s (deleted %v)", g, gone, want, wantDeleted)
 		}
 		// Store and reload half way, then finish: same state.
 		k := rapid.IntRange(0, len(order)).Draw(t, "split")
 		mid := applyAll(t, order[:k])
-		reloaded, err := decodeState(mid.value(), encodeClock(mid), !mid.exists())
+		reloaded, err := merge.DecodeState(mid.Value(), merge.EncodeClock(mid), !mid.Exists())
 		if err != nil {
 			t.Fatalf("decodeState(%s): %v", stateBytes(mid), err)
 		}
@@ -355,25 +357,25 @@ func TestStateMergeIsUnion(t *testing.T) {
 		}
 		want := stateBytes(applyAll(t, changes))
 		sa, sb := applyAll(t, a), applyAll(t, b)
-		stored, err := decodeState(valueOrEmpty(sb), encodeClock(sb), !sb.exists())
+		stored, err := merge.DecodeState(valueOrEmpty(sb), merge.EncodeClock(sb), !sb.Exists())
 		if err != nil {
 			t.Fatalf("decodeState: %v", err)
 		}
-		sa.merge(stored)
+		sa.Merge(stored)
 		if got := stateBytes(sa); got != want {
 			t.Fatalf("merge of\n  %s\n  %s\n got %s\nwant %s", stateBytes(applyAll(t, a)), stateBytes(sb), got, want)
 		}
 		// And the other way round.
-		sb.merge(applyAll(t, a))
+		sb.Merge(applyAll(t, a))
 		if got := stateBytes(sb); got != want {
 			t.Fatalf("reverse merge: got %s, want %s", got, want)
 		}
 	})
 }
 
-func valueOrEmpty(n *node) jsonv.Value {
-	if !n.hasContent() {
+func valueOrEmpty(n *merge.Node) jsonv.Value {
+	if !n.HasContent() {
 		return jsonv.Value{Members: []jsonv.Member{}}
 	}
-	return n.value()
+	return n.Value()
 }

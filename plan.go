@@ -9,6 +9,8 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
@@ -171,9 +173,9 @@ ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
 // into r. An ordinary table's row is read by its key, through r.
 func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows, r *pendingRow) error {
 	if !t.ordinary {
-		return rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base)
+		return rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
 	}
-	if err := rows.Scan(&r.id, &r.synced, &r.syncedDeleted, &r.syncedNewest.version, &r.syncedNewest.device, &r.refused, &r.base); err != nil {
+	if err := rows.Scan(&r.id, &r.synced, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
 		return err
 	}
 	if !utf8.ValidString(r.id) {
@@ -208,7 +210,7 @@ type pendingRow struct {
 	rowCanonical  bool           // the row holds content and projections as the engine writes them
 	synced        sql.NullString // the synced state's content, if any
 	syncedDeleted bool
-	syncedNewest  stamp // the synced state's newest write or delete
+	syncedNewest  merge.Stamp // the synced state's newest write or delete
 	// refused: the app's constraints refused the engine's last write of
 	// the row, which still shows base (NULL: no row), not the synced
 	// state.
@@ -264,11 +266,11 @@ func (r pendingRow) shown() *jsonv.Value {
 // at its synced state's newest stamp (see planRecord). Only records that
 // a downloaded change deletes are looked up for the first kind, and the
 // records' changes are merged only for those concerned.
-func (s *syncRun) resets(ctx context.Context, f *fetched) (map[recordKey]stamp, error) {
+func (s *syncRun) resets(ctx context.Context, f *fetched) (map[recordKey]merge.Stamp, error) {
 	if len(f.files) == 0 {
 		return nil, nil
 	}
-	candidates := map[recordKey]*node{}
+	candidates := map[recordKey]*merge.Node{}
 	// Records written again over a delete: few, and loaded only if the
 	// downloads touch them.
 	over := map[recordKey]bool{}
@@ -326,7 +328,7 @@ WHERE NOT EXISTS (SELECT 1 FROM sync_states s WHERE s.table_name = p.table_name 
 			err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes WHERE table_name = ?1 AND record_id = ?2)
 AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = ?2)`, []any{c.table, c.record}, &mine)
 			if err == nil && mine {
-				candidates[k] = &node{}
+				candidates[k] = &merge.Node{}
 			}
 			return err
 		})
@@ -348,13 +350,13 @@ AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = 
 			return nil, err
 		}
 	}
-	resets := map[recordKey]stamp{}
+	resets := map[recordKey]merge.Stamp{}
 	for k, n := range candidates {
 		switch {
-		case !n.exists():
-			resets[k] = n.newest()
+		case !n.Exists():
+			resets[k] = n.Newest()
 		case over[k]:
-			resets[k] = n.gone
+			resets[k] = n.Gone
 		}
 	}
 	return resets, nil
@@ -364,7 +366,7 @@ AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = 
 // (and the record reported) when its content cannot be synced. A nonzero
 // reset is the reset of its replacing write that this sync's downloads
 // decide (see resets).
-func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileChange, skip bool) {
+func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c fileChange, skip bool) {
 	id, rowExists, content, rowCanonical, synced, syncedDeleted := p.id, p.rowExists, p.content, p.rowCanonical, p.synced, p.syncedDeleted
 	c = fileChange{table: t.name, record: id}
 	if p.keyErr != nil {
@@ -455,7 +457,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			s.report.Overruled = append(s.report.Overruled, RecordError{Table: t.name, Record: id, Err: &Error{Op: "merge", Table: t.name, Record: id, Err: err}})
 		}
 		switch {
-		case old == nil && reset.version > 0:
+		case old == nil && reset.Version > 0:
 			// Created over a record other devices deleted, unseen
 			// here: a new record (see resets).
 			c.patch = enc
@@ -474,7 +476,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 		case syncedDeleted && p.refused && p.base.Valid:
 			// Edits of a row that did not show the delete: they bring
 			// the record back whole, with them on top.
-			c.patch = jsonv.Encode(diff(*old, cur))
+			c.patch = jsonv.Encode(merge.Diff(*old, cur))
 		case syncedDeleted:
 			// A row written over a record this device saw deleted is a
 			// new record: the patch replaces it whole, and no field
@@ -482,11 +484,11 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset stamp) (c fileCha
 			// received and stamped before the delete, comes back.
 			c.patch = enc
 			c.flags |= changeReplaces
-			if c.reset = reset; reset.version == 0 {
+			if c.reset = reset; reset.Version == 0 {
 				c.reset = p.syncedNewest
 			}
 		default:
-			if d := diff(*old, cur); len(d.Members) > 0 {
+			if d := merge.Diff(*old, cur); len(d.Members) > 0 {
 				c.patch = jsonv.Encode(d)
 			} else {
 				c.flags |= planNoop
@@ -535,7 +537,7 @@ func ownWrites(c fileChange, limit int64) ([]fileChange, error) {
 		w.patch = jsonv.Encode(part)
 		if i > 0 {
 			w.flags &^= changeReplaces
-			w.reset = stamp{}
+			w.reset = merge.Stamp{}
 		}
 		writes[i] = w
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // Regression tests for problems an independent review found.
@@ -104,15 +106,15 @@ func TestDeepContentClock(t *testing.T) {
 	deep := func(leaf string) string {
 		return strings.Repeat(`{"a":`, 150) + leaf + strings.Repeat("}", 150)
 	}
-	n := &node{}
-	n.applyPatch(mustObject(t, deep(`{"x":1}`), true), stamp{1, "d1"})
-	n.applyPatch(mustObject(t, deep(`{"y":2}`), true), stamp{2, "d2"})
-	data, clock := encodeState(n)
-	back, err := decodeState(mustObject(t, data, false), []byte(clock), false)
+	n := &merge.Node{}
+	n.ApplyPatch(mustObject(t, deep(`{"x":1}`), true), merge.Stamp{Version: 1, Device: "d1"})
+	n.ApplyPatch(mustObject(t, deep(`{"y":2}`), true), merge.Stamp{Version: 2, Device: "d2"})
+	data, clock := merge.EncodeState(n)
+	back, err := merge.DecodeState(mustObject(t, data, false), []byte(clock), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, c := encodeState(back); d != data || c != clock {
+	if d, c := merge.EncodeState(back); d != data || c != clock {
 		t.Fatal("deep state did not round-trip")
 	}
 }
@@ -211,11 +213,11 @@ func TestVersionLimit(t *testing.T) {
 			`{"format":1,"device":"dev-x","changes":[{"table_name":"notes","record_id":"r%d","patch":{"a":1},"sync_version":%d}]}`, v, v))
 	}
 	t0 := clk.now().Add(-time.Hour)
-	file(t0, maxVersion+1)
-	file(t0.Add(time.Second), maxVersion)
-	file(t0.Add(2*time.Second), versionsAllowed(t0.Add(2*time.Second))+1)
+	file(t0, merge.MaxVersion+1)
+	file(t0.Add(time.Second), merge.MaxVersion)
+	file(t0.Add(2*time.Second), merge.VersionsAllowed(t0.Add(2*time.Second))+1)
 	at := t0.Add(3 * time.Second)
-	file(at, versionsAllowed(at))
+	file(at, merge.VersionsAllowed(at))
 	r := b.sync()
 	if len(r.Rejected) != 3 || len(r.Downloaded) != 1 {
 		t.Fatalf("report %+v, want three files rejected and the one at the bound applied", r)
@@ -240,7 +242,7 @@ func TestVersionLimit(t *testing.T) {
 	// A file named ahead of the clock with versions its own time allows is
 	// refused until the clock gets there, then taken by every device.
 	ahead := clk.now().Add(2 * time.Hour)
-	file(ahead, versionsAllowed(ahead))
+	file(ahead, merge.VersionsAllowed(ahead))
 	clk.add(time.Second)
 	if r := b.sync(); len(r.Rejected) != 1 || !strings.Contains(r.Rejected[0].Err.Error(), "ahead of this device's clock") {
 		t.Fatalf("file ahead of the clock: rejected %v", r.Rejected)
@@ -254,7 +256,7 @@ func TestVersionLimit(t *testing.T) {
 	clk.add(time.Second)
 	mat := clk.now()
 	merge := fmt.Sprintf(`{"format":1,"device":"dev-x","store":%q,"covers":"2026-01-01T00:00:00Z","records":[
-{"table_name":"notes","record_id":"m","state":{"a":1},"clock":{"d":["dev-x"],"n":[%d,0,{}]},"is_deleted":false}]}`, b.store(), versionsAllowed(mat)+5)
+{"table_name":"notes","record_id":"m","state":{"a":1},"clock":{"d":["dev-x"],"n":[%d,0,{}]},"is_deleted":false}]}`, b.store(), merge.VersionsAllowed(mat)+5)
 	writeRaw(t, mem, remoteFileName(kindMerge, mat, "dev-x"), true, merge)
 	clk.add(time.Second)
 	r = b.sync()
@@ -264,25 +266,25 @@ func TestVersionLimit(t *testing.T) {
 	}
 }
 
-// versionsAllowed and versionTime agree: the bound grows a million a
-// second, and versionTime is the first time it admits a version.
+// VersionsAllowed and VersionTime agree: the bound grows a million a
+// second, and VersionTime is the first time it admits a version.
 func TestVersionsAllowed(t *testing.T) {
 	for _, at := range []time.Time{
 		time.Date(2019, 1, 1, 0, 0, 0, 0, time.UTC),
 		time.Date(2026, 11, 23, 10, 11, 12, 345678901, time.UTC),
 		time.Date(2290, 1, 1, 0, 0, 0, 0, time.UTC),
 	} {
-		v := versionsAllowed(at)
-		if v < versionBase || v > maxVersion {
-			t.Errorf("versionsAllowed(%v) = %d", at, v)
+		v := merge.VersionsAllowed(at)
+		if v < merge.VersionBase || v > merge.MaxVersion {
+			t.Errorf("VersionsAllowed(%v) = %d", at, v)
 		}
-		if v < maxVersion && v > versionBase {
-			if vt := versionTime(v); versionsAllowed(vt) < v || versionsAllowed(vt.Add(-time.Microsecond)) >= v {
-				t.Errorf("versionTime(%d) = %v does not first admit it", v, vt)
+		if v < merge.MaxVersion && v > merge.VersionBase {
+			if vt := merge.VersionTime(v); merge.VersionsAllowed(vt) < v || merge.VersionsAllowed(vt.Add(-time.Microsecond)) >= v {
+				t.Errorf("VersionTime(%d) = %v does not first admit it", v, vt)
 			}
 		}
 	}
-	if got, want := versionsAllowed(time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC))-versionsAllowed(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), int64(versionRate); got != want {
+	if got, want := merge.VersionsAllowed(time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC))-merge.VersionsAllowed(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), int64(merge.VersionRate); got != want {
 		t.Errorf("one second allows %d versions, want %d", got, want)
 	}
 }
@@ -339,7 +341,7 @@ func TestSnapshotNamedAfterItsVersions(t *testing.T) {
 	mem, clk := clockedRemote()
 	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
 	writeRaw(t, mem, patchFileName(clk.now(), "dev-x"), true, fmt.Sprintf(
-		`{"format":2,"device":"dev-x","changes":[{"table_name":"notes","record_id":"x","patch":{"a":1},"sync_version":%d}]}`, versionsAllowed(clk.now())))
+		`{"format":2,"device":"dev-x","changes":[{"table_name":"notes","record_id":"x","patch":{"a":1},"sync_version":%d}]}`, merge.VersionsAllowed(clk.now())))
 	a.sync()
 	a.put("mine", `{"v":1}`)
 	if r := a.sync(); r.ChangesSent != 1 {

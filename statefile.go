@@ -11,6 +11,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/drivesync/drivesync/internal/merge"
+
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
@@ -124,7 +126,7 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 			return records, fmt.Errorf("record %s/%s: %w", table, record, err)
 		}
 		for _, p := range parts {
-			d, c := encodeState(p)
+			d, c := merge.EncodeState(p)
 			if err := write([]byte(d), []byte(c)); err != nil {
 				return records, err
 			}
@@ -151,12 +153,12 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 // are, together, exactly the writes behind the whole, so the merge gives
 // the whole state. prune first drops the values no part can hold (see
 // pruneNode).
-func stateParts(data, clock []byte, deleted bool, maxRecord int64, prune bool) ([]*node, error) {
+func stateParts(data, clock []byte, deleted bool, maxRecord int64, prune bool) ([]*merge.Node, error) {
 	content, err := jsonv.ParseObject(data, jsonv.Options{})
 	if err != nil {
 		return nil, err
 	}
-	n, err := decodeState(content, clock, deleted)
+	n, err := merge.DecodeState(content, clock, deleted)
 	if err != nil {
 		return nil, err
 	}
@@ -169,22 +171,22 @@ func stateParts(data, clock []byte, deleted bool, maxRecord int64, prune bool) (
 
 // recordFits reports whether a record's state (or a part of it) is within
 // the record limit.
-func recordFits(maxRecord int64) func(*node) bool {
-	return func(p *node) bool {
-		d, c := encodeState(p)
+func recordFits(maxRecord int64) func(*merge.Node) bool {
+	return func(p *merge.Node) bool {
+		d, c := merge.EncodeState(p)
 		return int64(len(d)) <= maxRecord && int64(len(c)) <= 2*maxRecord
 	}
 }
 
 // asRecord wraps a record's root: itself.
-func asRecord(n *node) *node { return n }
+func asRecord(n *merge.Node) *merge.Node { return n }
 
 // under returns the wrap of kid key of n, n being wrapped by wrap: n with
 // that kid alone, wrapped.
-func under(n *node, key string, wrap func(*node) *node) func(*node) *node {
-	return func(sub *node) *node {
+func under(n *merge.Node, key string, wrap func(*merge.Node) *merge.Node) func(*merge.Node) *merge.Node {
+	return func(sub *merge.Node) *merge.Node {
 		c := *n
-		c.kids = []kid{{key: key, node: sub}}
+		c.Kids = []merge.Kid{{Key: key, Node: sub}}
 		return wrap(&c)
 	}
 }
@@ -195,22 +197,22 @@ func under(n *node, key string, wrap func(*node) *node) func(*node) *node {
 // older writes of its path, as the write did. It reports whether n must
 // go whole: its key alone is too long (no write of it fits either).
 // Stamps of records, deletes and floors stay.
-func pruneNode(n *node, wrap func(*node) *node, fits func(*node) bool) bool {
+func pruneNode(n *merge.Node, wrap func(*merge.Node) *merge.Node, fits func(*merge.Node) bool) bool {
 	if fits(wrap(n)) {
 		return false
 	}
-	if n.kind == objectNode && len(n.kids) > 0 {
+	if n.Kind == merge.ObjectNode && len(n.Kids) > 0 {
 		parent := *n // the kids' wraps take n's stamps, not its kids
-		out := n.kids[:0]
-		for _, k := range n.kids {
-			if !pruneNode(k.node, under(&parent, k.key, wrap), fits) {
+		out := n.Kids[:0]
+		for _, k := range n.Kids {
+			if !pruneNode(k.Node, under(&parent, k.Key, wrap), fits) {
 				out = append(out, k)
 			}
 		}
-		clear(n.kids[len(out):])
-		n.kids = out
-	} else if n.kind != absentNode {
-		*n = node{kind: absentNode, stamp: n.stamp, gone: n.gone}
+		clear(n.Kids[len(out):])
+		n.Kids = out
+	} else if n.Kind != merge.AbsentNode {
+		*n = merge.Node{Kind: merge.AbsentNode, Stamp: n.Stamp, Gone: n.Gone}
 	}
 	return !fits(wrap(n))
 }
@@ -218,19 +220,19 @@ func pruneNode(n *node, wrap func(*node) *node, fits func(*node) bool) bool {
 // splitState returns parts of n, each wrapped (by wrap) in the record's
 // root and the path down to n, that fit: n whole, or its members split in
 // halves, down to a single member, split below its own key.
-func splitState(n *node, wrap func(*node) *node, fits func(*node) bool) ([]*node, error) {
+func splitState(n *merge.Node, wrap func(*merge.Node) *merge.Node, fits func(*merge.Node) bool) ([]*merge.Node, error) {
 	if whole := wrap(n); fits(whole) {
-		return []*node{whole}, nil
+		return []*merge.Node{whole}, nil
 	}
-	if n.kind != objectNode || len(n.kids) == 0 {
+	if n.Kind != merge.ObjectNode || len(n.Kids) == 0 {
 		return nil, fmt.Errorf("%w: a single value is over the store's record limit", errTooLarge)
 	}
-	if len(n.kids) == 1 {
-		return splitState(n.kids[0].node, under(n, n.kids[0].key, wrap), fits)
+	if len(n.Kids) == 1 {
+		return splitState(n.Kids[0].Node, under(n, n.Kids[0].Key, wrap), fits)
 	}
-	half := len(n.kids) / 2
+	half := len(n.Kids) / 2
 	a, b := *n, *n
-	a.kids, b.kids = n.kids[:half:half], n.kids[half:]
+	a.Kids, b.Kids = n.Kids[:half:half], n.Kids[half:]
 	pa, err := splitState(&a, wrap, fits)
 	if err != nil {
 		return nil, err
@@ -407,11 +409,11 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 // the canonical form sync_states stores. Its clock must be one the merge
 // rules can produce, or devices that merge it could disagree.
 func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) (fileChange, error) {
-	if err := checkTableName(e.Table); err != nil {
+	if err := merge.CheckTableName(e.Table); err != nil {
 		return fileChange{}, err
 	}
-	if e.Record == "" || len(e.Record) > maxRecordIDLen {
-		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), maxRecordIDLen)
+	if e.Record == "" || len(e.Record) > merge.MaxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), merge.MaxRecordIDLen)
 	}
 	if int64(len(e.State)) > maxRecord || int64(len(e.Clock)) > 2*maxRecord {
 		return fileChange{}, fmt.Errorf("%w: record %s/%s is over the %d-byte record limit", errTooLarge, e.Table, e.Record, maxRecord)
@@ -420,42 +422,42 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	if err != nil {
 		return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
 	}
-	n, err := decodeState(content, e.Clock, e.Deleted)
+	n, err := merge.DecodeState(content, e.Clock, e.Deleted)
 	if err == nil {
 		err = checkRecordClock(n, devices)
 	}
 	if err != nil {
 		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
 	}
-	data, clock := encodeState(n)
+	data, clock := merge.EncodeState(n)
 	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
-		deleted: !n.exists(), version: n.newest().version, device: n.newest().device}, nil
+		deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device}, nil
 }
 
 // checkRecordClock checks a record's state as checkClock does, and its
 // delete's stamp. A record may be known only by its delete (a device that
 // received the delete before the record's writes): no stamp but that one.
-func checkRecordClock(n *node, devices map[string]bool) error {
-	if !n.gone.isZero() {
-		if err := checkStamp(n.gone, devices); err != nil {
+func checkRecordClock(n *merge.Node, devices map[string]bool) error {
+	if !n.Gone.IsZero() {
+		if err := checkStamp(n.Gone, devices); err != nil {
 			return err
 		}
-		if n.stamp.isZero() && n.kind == absentNode {
+		if n.Stamp.IsZero() && n.Kind == merge.AbsentNode {
 			return nil
 		}
 	}
-	return checkClock(n, stamp{version: maxVersion + 1}, devices)
+	return checkClock(n, merge.Stamp{Version: merge.MaxVersion + 1}, devices)
 }
 
-func checkStamp(s stamp, devices map[string]bool) error {
-	if s.version < 1 || s.version > maxVersion {
-		return fmt.Errorf("%w: version %d out of range", errBadClock, s.version)
+func checkStamp(s merge.Stamp, devices map[string]bool) error {
+	if s.Version < 1 || s.Version > merge.MaxVersion {
+		return fmt.Errorf("%w: version %d out of range", merge.ErrBadClock, s.Version)
 	}
-	if !devices[s.device] {
-		if checkDeviceID(s.device) != nil {
-			return fmt.Errorf("%w: device %q", errBadClock, s.device)
+	if !devices[s.Device] {
+		if merge.CheckDeviceID(s.Device) != nil {
+			return fmt.Errorf("%w: device %q", merge.ErrBadClock, s.Device)
 		}
-		devices[s.device] = true
+		devices[s.Device] = true
 	}
 	return nil
 }
@@ -463,23 +465,23 @@ func checkStamp(s stamp, devices map[string]bool) error {
 // checkClock checks what the merge rules guarantee of every state they
 // build: stamps in range, a node's stamp not below its children's, a floor
 // below its node's stamp and below every child kept over it.
-func checkClock(n *node, parent stamp, devices map[string]bool) error {
-	for _, s := range []stamp{n.stamp, n.floor} {
-		if s.isZero() {
+func checkClock(n *merge.Node, parent merge.Stamp, devices map[string]bool) error {
+	for _, s := range []merge.Stamp{n.Stamp, n.Floor} {
+		if s.IsZero() {
 			continue
 		}
 		if err := checkStamp(s, devices); err != nil {
 			return err
 		}
 	}
-	if n.stamp.isZero() || parent.less(n.stamp) || (!n.floor.isZero() && !n.floor.less(n.stamp)) {
-		return fmt.Errorf("%w: stamps out of order", errBadClock)
+	if n.Stamp.IsZero() || parent.Less(n.Stamp) || (!n.Floor.IsZero() && !n.Floor.Less(n.Stamp)) {
+		return fmt.Errorf("%w: stamps out of order", merge.ErrBadClock)
 	}
-	for _, k := range n.kids {
-		if !n.floor.isZero() && !n.floor.less(k.node.stamp) {
-			return fmt.Errorf("%w: a member older than its object's reset", errBadClock)
+	for _, k := range n.Kids {
+		if !n.Floor.IsZero() && !n.Floor.Less(k.Node.Stamp) {
+			return fmt.Errorf("%w: a member older than its object's reset", merge.ErrBadClock)
 		}
-		if err := checkClock(k.node, n.stamp, devices); err != nil {
+		if err := checkClock(k.Node, n.Stamp, devices); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/merge"
 	"github.com/google/uuid"
 
 	"github.com/drivesync/drivesync/internal/sqliteerr"
@@ -149,29 +150,7 @@ var migrations = []struct {
 	}},
 }
 
-// Names of the engine's tables, which an app table may not use.
-var reservedTables = map[string]bool{
-	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
-	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true, "sync_uploaded": true,
-	"sync_immutable": true, "sync_placed": true,
-}
-
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// checkTableName reports whether name may be a synced table: a plain
-// identifier that is neither SQLite's nor the engine's own. The same check
-// guards table names read from remote files, before any SQL sees them.
-func checkTableName(name string) error {
-	switch {
-	case !identRE.MatchString(name) || len(name) > 128:
-		return fmt.Errorf("table name %q is not a plain identifier (letters, digits, underscore)", name)
-	case strings.HasPrefix(strings.ToLower(name), "sqlite_"):
-		return fmt.Errorf("table name %q is reserved by SQLite", name)
-	case reservedTables[strings.ToLower(name)]:
-		return fmt.Errorf("table name %q is one of drivesync's own tables", name)
-	}
-	return nil
-}
 
 func quoteIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
@@ -212,7 +191,7 @@ type column struct {
 }
 
 func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
-	if err := checkTableName(t.Name); err != nil {
+	if err := merge.CheckTableName(t.Name); err != nil {
 		return nil, fmt.Errorf("drivesync: %w", err)
 	}
 	// SQLite matches table names without regard to case, but devices
@@ -576,7 +555,7 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 		// id already stamped; refuse rather than risk it.
 		return "", fmt.Errorf("drivesync: Config.DeviceID %q differs from the id %q this database already syncs as; leave DeviceID empty or use the stored id", deviceID, stored)
 	}
-	if err := checkDeviceID(deviceID); err != nil {
+	if err := merge.CheckDeviceID(deviceID); err != nil {
 		return "", err
 	}
 	if err := setMeta(ctx, q, metaDeviceID, deviceID); err != nil {
@@ -586,16 +565,6 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 		return "", err
 	}
 	return deviceID, nil
-}
-
-var deviceIDRE = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
-
-// checkDeviceID keeps device ids safe inside file names.
-func checkDeviceID(id string) error {
-	if !deviceIDRE.MatchString(id) {
-		return fmt.Errorf("drivesync: device id %q must be 1-64 letters, digits or '-' (it is part of file names)", id)
-	}
-	return nil
 }
 
 // beginImmediate starts a write transaction on conn that holds SQLite's
