@@ -96,8 +96,11 @@ func (s *applier) apply(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.report.Downloaded = append(s.report.Downloaded, d.name)
 		s.report.ChangesReceived += d.spool.n
+		if s.l.server {
+			continue // the records pulled from a Server: no file to record
+		}
+		s.report.Downloaded = append(s.report.Downloaded, d.name)
 		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?, 'applied', ?)`, d.name, max(d.size, 0)); err != nil {
 			return err
 		}
@@ -376,6 +379,17 @@ func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
 // the outbox, moves the cursor, and forgets files that have left both the
 // remote and the listing window.
 func (s *applier) recordFiles(ctx context.Context) error {
+	if s.l.server {
+		for _, up := range s.p.uploads {
+			if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
+				return err
+			}
+		}
+		if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.p.maxSeen, 10)); err != nil {
+			return err
+		}
+		return setMeta(ctx, s.conn, metaServerCursor, s.l.serverCursor)
+	}
 	for _, up := range s.p.uploads {
 		fi, err := up.f.Stat()
 		if err != nil {

@@ -21,11 +21,14 @@ import (
 // window are skipped without being downloaded.
 const DefaultListOverlap = 15 * time.Minute
 
-// Config configures an Engine. Remote and Tables are required; every
-// other field has a working zero value.
+// Config configures an Engine. Tables and one of Remote and Server are
+// required; every other field has a working zero value.
 type Config struct {
 	// Remote is where the devices' patch files live.
 	Remote Remote
+	// Server is a sync server to sync through instead of a Remote (see
+	// package httpremote).
+	Server Server
 	// Tables are the synced tables: document tables (id TEXT PRIMARY
 	// KEY and a content column holding the record as a JSON object,
 	// JSONB or text; any other column is a projection of the same-named
@@ -188,8 +191,11 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	if db == nil {
 		return nil, errors.New("drivesync: Open: db is nil")
 	}
-	if cfg.Remote == nil {
-		return nil, errors.New("drivesync: Open: Config.Remote is nil: use NewFolderRemote or a Drive remote")
+	switch {
+	case cfg.Remote == nil && cfg.Server == nil:
+		return nil, errors.New("drivesync: Open: Config.Remote is nil: use NewFolderRemote or a Drive remote (or set Config.Server to sync through a server)")
+	case cfg.Remote != nil && cfg.Server != nil:
+		return nil, errors.New("drivesync: Open: both Config.Remote and Config.Server are set: a database syncs through one")
 	}
 	if len(cfg.Tables) == 0 {
 		return nil, errors.New("drivesync: Open: Config.Tables is empty: name the tables to sync")

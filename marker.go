@@ -241,6 +241,9 @@ func racedWith(claim string, other time.Time, overlap time.Duration) bool {
 // get them. Nothing is deleted on either side.
 func (e *Engine) JoinRemote(ctx context.Context) error {
 	_, err := e.run(ctx, func(s *syncRun) error {
+		if e.cfg.Server != nil {
+			return s.joinServer(ctx, false)
+		}
 		m, found, err := readMarker(ctx, e.cfg.Remote)
 		if err != nil {
 			return err
@@ -260,6 +263,13 @@ func (e *Engine) JoinRemote(ctx context.Context) error {
 // JoinRemote. StartFresh refuses a remote that holds a store already.
 func (e *Engine) StartFresh(ctx context.Context) (Report, error) {
 	return e.run(ctx, func(s *syncRun) error {
+		if e.cfg.Server != nil {
+			if err := s.joinServer(ctx, true); err != nil {
+				return err
+			}
+			_, _, err := s.syncServer(ctx)
+			return err
+		}
 		m, found, err := readMarker(ctx, e.cfg.Remote)
 		if err != nil {
 			return err
@@ -300,7 +310,7 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if join {
 			j = "1"
 		}
-		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}} {
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}} {
 			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
 				return err
 			}

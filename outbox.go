@@ -200,6 +200,15 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 		}
 		break
 	}
+	return s.adoptOutbox(ctx, name, true)
+}
+
+// adoptOutbox merges the outbox's file name, published, into the synced
+// state as this device's own and takes it out of the outbox; ledger says
+// whether the file is then recorded as applied (a Remote's file, not a
+// Server's batch).
+func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) error {
+	e := s.e
 	sp, err := newSpool(e.cfg.TempDir)
 	if err != nil {
 		return err
@@ -224,8 +233,10 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 		if err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, name, counted.n); err != nil {
-			return err
+		if ledger {
+			if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, name, counted.n); err != nil {
+				return err
+			}
 		}
 		_, err = s.conn.ExecContext(ctx, `DELETE FROM sync_outbox WHERE name = ?`, name)
 		return err
@@ -313,8 +324,8 @@ func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) 
 // since the plan read them.
 func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	e := s.e
-	if p.maxSeen > merge.MaxVersion {
-		return &Error{Op: "reserve versions", Err: fmt.Errorf("versions would pass %d: this store cannot take more changes", int64(merge.MaxVersion))}
+	if err := p.checkVersions(); err != nil {
+		return err
 	}
 	now, err := e.cfg.Remote.Now(ctx)
 	if err != nil {
@@ -323,6 +334,30 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	if now, err = waitForVersions(ctx, p.maxSeen, now); err != nil {
 		return err
 	}
+	if err := s.reserve(ctx, p, now); err != nil {
+		return err
+	}
+	for i, up := range p.uploads {
+		e.progress("upload", i, len(p.uploads))
+		if err := s.uploadOne(ctx, up); err != nil {
+			return err
+		}
+		s.report.Uploaded = up.name
+		e.log.Info("drivesync: uploaded", "file", up.name, "changes", up.sent)
+	}
+	s.report.ChangesSent = p.sent
+	e.progress("upload", len(p.uploads), len(p.uploads))
+	return nil
+}
+
+// reserve names the plan's files after now, reserves their versions and
+// stores them in the outbox, in one transaction.
+func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
+	if err := p.checkVersions(); err != nil {
+		return err
+	}
+	e := s.e
+	var err error
 	// The files' names are a millisecond apart: each is unique, in the
 	// order they were written, and after every name used before.
 	if now, err = s.patchTime(ctx, now); err != nil {
@@ -360,16 +395,6 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 		s.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return &Error{Op: "reserve versions", Err: err}
 	}
-	for i, up := range p.uploads {
-		e.progress("upload", i, len(p.uploads))
-		if err := s.uploadOne(ctx, up); err != nil {
-			return err
-		}
-		s.report.Uploaded = up.name
-		e.log.Info("drivesync: uploaded", "file", up.name, "changes", up.sent)
-	}
-	s.report.ChangesSent = p.sent
-	e.progress("upload", len(p.uploads), len(p.uploads))
 	return nil
 }
 
@@ -400,4 +425,12 @@ func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 func noteUpload(ctx context.Context, q querier, name string) error {
 	_, err := q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_uploaded (name) VALUES (?)`, name)
 	return err
+}
+
+// checkVersions refuses a plan whose versions would pass merge.MaxVersion.
+func (p *plan) checkVersions() error {
+	if p.maxSeen > merge.MaxVersion {
+		return &Error{Op: "reserve versions", Err: fmt.Errorf("versions would pass %d: this store cannot take more changes", int64(merge.MaxVersion))}
+	}
+	return nil
 }

@@ -504,8 +504,14 @@ func (s *syncRun) compact(ctx context.Context) (string, error) {
 // just written replaces files once every device can see it: at the first
 // sync after that). A sync writes a snapshot by itself once a month;
 // Snapshot is for an app's maintenance button, and for tests.
+//
+// Through a Server there are no snapshots: Snapshot syncs.
 func (e *Engine) Snapshot(ctx context.Context) (Report, error) {
 	return e.run(ctx, func(s *syncRun) error {
+		if e.cfg.Server != nil {
+			_, _, err := s.syncServer(ctx)
+			return err
+		}
 		l, f, err := s.sync(ctx)
 		if err != nil {
 			return err

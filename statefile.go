@@ -424,7 +424,7 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	}
 	n, err := merge.DecodeState(content, e.Clock, e.Deleted)
 	if err == nil {
-		err = checkRecordClock(n, devices)
+		err = merge.CheckRecordClock(n, devices)
 	}
 	if err != nil {
 		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
@@ -432,58 +432,4 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	data, clock := merge.EncodeState(n)
 	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
 		deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device}, nil
-}
-
-// checkRecordClock checks a record's state as checkClock does, and its
-// delete's stamp. A record may be known only by its delete (a device that
-// received the delete before the record's writes): no stamp but that one.
-func checkRecordClock(n *merge.Node, devices map[string]bool) error {
-	if !n.Gone.IsZero() {
-		if err := checkStamp(n.Gone, devices); err != nil {
-			return err
-		}
-		if n.Stamp.IsZero() && n.Kind == merge.AbsentNode {
-			return nil
-		}
-	}
-	return checkClock(n, merge.Stamp{Version: merge.MaxVersion + 1}, devices)
-}
-
-func checkStamp(s merge.Stamp, devices map[string]bool) error {
-	if s.Version < 1 || s.Version > merge.MaxVersion {
-		return fmt.Errorf("%w: version %d out of range", merge.ErrBadClock, s.Version)
-	}
-	if !devices[s.Device] {
-		if merge.CheckDeviceID(s.Device) != nil {
-			return fmt.Errorf("%w: device %q", merge.ErrBadClock, s.Device)
-		}
-		devices[s.Device] = true
-	}
-	return nil
-}
-
-// checkClock checks what the merge rules guarantee of every state they
-// build: stamps in range, a node's stamp not below its children's, a floor
-// below its node's stamp and below every child kept over it.
-func checkClock(n *merge.Node, parent merge.Stamp, devices map[string]bool) error {
-	for _, s := range []merge.Stamp{n.Stamp, n.Floor} {
-		if s.IsZero() {
-			continue
-		}
-		if err := checkStamp(s, devices); err != nil {
-			return err
-		}
-	}
-	if n.Stamp.IsZero() || parent.Less(n.Stamp) || (!n.Floor.IsZero() && !n.Floor.Less(n.Stamp)) {
-		return fmt.Errorf("%w: stamps out of order", merge.ErrBadClock)
-	}
-	for _, k := range n.Kids {
-		if !n.Floor.IsZero() && !n.Floor.Less(k.Node.Stamp) {
-			return fmt.Errorf("%w: a member older than its object's reset", merge.ErrBadClock)
-		}
-		if err := checkClock(k.Node, n.Stamp, devices); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -109,19 +109,20 @@ UPDATE sync_control SET is_syncing = 0;
 `
 
 const (
-	metaDeviceID   = "device_id"
-	metaCursor     = "cursor"      // remote time of the newest file seen
-	metaMaxVersion = "max_version" // the largest version seen or reserved: new stamps go above it
-	metaSchema     = "schema_version"
-	metaStore      = "store"         // the id of the store this database syncs with (the remote's marker)
-	metaStoreClaim = "store_claimed" // remote time this device created the marker, until it is confirmed
-	metaSnapshot   = "snapshot"      // the newest snapshot seen or written
-	metaCompact    = "compact"       // this device's snapshot whose compaction is due
-	metaJoin       = "join"          // set by JoinRemote until the merge file is uploaded
-	metaPruned     = "ledger_pruned" // the month (remote time) sync_files was last pruned
-	metaUploads    = "uploads_since" // remote time sync_uploaded began: older files are not judged
-	metaRemoteID   = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
-	schemaVersion  = "2"
+	metaDeviceID     = "device_id"
+	metaCursor       = "cursor"      // remote time of the newest file seen
+	metaMaxVersion   = "max_version" // the largest version seen or reserved: new stamps go above it
+	metaSchema       = "schema_version"
+	metaStore        = "store"         // the id of the store this database syncs with (the remote's marker)
+	metaStoreClaim   = "store_claimed" // remote time this device created the marker, until it is confirmed
+	metaSnapshot     = "snapshot"      // the newest snapshot seen or written
+	metaCompact      = "compact"       // this device's snapshot whose compaction is due
+	metaJoin         = "join"          // set by JoinRemote until the merge file is uploaded
+	metaPruned       = "ledger_pruned" // the month (remote time) sync_files was last pruned
+	metaUploads      = "uploads_since" // remote time sync_uploaded began: older files are not judged
+	metaServerCursor = "server_cursor" // where the next pull from a Server starts
+	metaRemoteID     = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
+	schemaVersion    = "2"
 )
 
 // sync_files.status values. A patch or merge file is applied or rejected.

@@ -36,6 +36,10 @@ import (
 // Rejected remote files are reported in Report.Rejected, not as an error.
 func (e *Engine) Sync(ctx context.Context) (Report, error) {
 	return e.run(ctx, func(s *syncRun) error {
+		if e.cfg.Server != nil {
+			_, _, err := s.syncServer(ctx)
+			return err
+		}
 		l, f, err := s.sync(ctx)
 		if err != nil {
 			return err
@@ -191,6 +195,10 @@ type listing struct {
 	since     time.Time // listed from here; zero: from the start
 	files     []RemoteFile
 	bootstrap bool // no synced state yet: start from the newest snapshot
+	// server says the sync pulls from a Server, not a Remote;
+	// serverCursor is where its next pull starts.
+	server       bool
+	serverCursor string
 }
 
 // list lists the remote from the cursor less the overlap, or from the

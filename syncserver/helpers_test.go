@@ -3,9 +3,6 @@ package syncserver
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,79 +10,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/openapicheck"
+	"github.com/drivesync/drivesync/internal/pgtest"
 )
 
-// The PostgreSQL the tests use: DRIVESYNC_POSTGRES_URL, a role that may
-// create schemas. Each test gets a schema of its own. Without it the
-// PostgreSQL tests skip, unless DRIVESYNC_REQUIRE_POSTGRES is set (CI),
-// when they fail.
-func postgresURL(t testing.TB) string {
-	u := os.Getenv("DRIVESYNC_POSTGRES_URL")
-	if u == "" {
-		if os.Getenv("DRIVESYNC_REQUIRE_POSTGRES") != "" {
-			t.Fatal("DRIVESYNC_REQUIRE_POSTGRES is set but DRIVESYNC_POSTGRES_URL is not")
-		}
-		t.Skip("DRIVESYNC_POSTGRES_URL not set: the PostgreSQL store is not tested")
-	}
-	return u
-}
-
-// freshPostgres returns a URL whose objects live in a new, empty schema,
-// dropped when the test ends.
-func freshPostgres(t testing.TB) string {
-	base := postgresURL(t)
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "test_" + hex.EncodeToString(b)
-	if _, err := db.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		t.Fatalf("create schema on %s: %v", redact(base), err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", base)
-		if err == nil {
-			db.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-			db.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
-}
-
-// storeKinds are the stores every conformance test runs on.
-var storeKinds = []string{"sqlite", "postgres"}
-
 // storeSpec returns the spec of a fresh store of kind.
-func storeSpec(t testing.TB, kind string) string {
-	if kind == "sqlite" {
-		return "sqlite:" + filepath.Join(t.TempDir(), "server.db")
-	}
-	return freshPostgres(t)
-}
+func storeSpec(t testing.TB, kind string) string { return pgtest.Spec(t, kind) }
 
 func openStore(t testing.TB, spec string) *Store {
 	st, err := Open(context.Background(), spec)
@@ -98,7 +33,7 @@ func openStore(t testing.TB, spec string) *Store {
 
 // eachStore runs fn as a subtest for every store kind.
 func eachStore(t *testing.T, fn func(t *testing.T, spec string)) {
-	for _, kind := range storeKinds {
+	for _, kind := range pgtest.Kinds {
 		t.Run(kind, func(t *testing.T) { fn(t, storeSpec(t, kind)) })
 	}
 }
@@ -144,7 +79,7 @@ func newServer(t testing.TB, spec string, edit ...func(*Options)) *testServer {
 	for _, e := range edit {
 		e(&opts)
 	}
-	ts := &testServer{Server: httptest.NewServer(NewHandler(st, opts)), st: st, log: buf}
+	ts := &testServer{Server: httptest.NewServer(conformance(t).Handler(t, NewHandler(st, opts))), st: st, log: buf}
 	t.Cleanup(ts.Close)
 	return ts
 }
@@ -257,4 +192,20 @@ func checkTimes(t testing.TB, v any, path string) {
 			checkTimes(t, x, fmt.Sprintf("%s[%d]", path, i))
 		}
 	}
+}
+
+var (
+	checkerOnce sync.Once
+	checker     *openapicheck.Checker
+	checkerErr  error
+)
+
+// conformance is the checker of openapi.json: every exchange of a test
+// server is checked against it.
+func conformance(t testing.TB) *openapicheck.Checker {
+	checkerOnce.Do(func() { checker, checkerErr = openapicheck.Load("openapi.json") })
+	if checkerErr != nil {
+		t.Fatal(checkerErr)
+	}
+	return checker
 }

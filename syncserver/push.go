@@ -372,17 +372,27 @@ func (a *pushApplier) op(table, field string, v jsonv.Value) error {
 		if kind == "delete" {
 			return badField(field+".op", `a drivesync delete is a member of "deletions"`)
 		}
+		if st, ok := ds.Get("state"); ok {
+			if len(ds.Members) != 1 {
+				return badField(field+".drivesync", "a state comes alone")
+			}
+			n, err := a.state(field+".drivesync.state", st)
+			if err != nil {
+				return err
+			}
+			return a.write(table, id, func(m *merge.Node) { m.Merge(n) })
+		}
 		w, err := a.stamped(field+".drivesync", *ds, false)
 		if err != nil {
 			return err
 		}
-		return a.write(table, id, w)
+		return a.write(table, id, applying(w))
 	}
 	if kind == "delete" {
 		if len(fields.Members) > 0 {
 			return badField(field+"."+fields.Members[0].Key, "a delete takes no fields")
 		}
-		return a.write(table, id, merge.Write{At: a.serverStamp(), Deleted: true})
+		return a.write(table, id, applying(merge.Write{At: a.serverStamp(), Deleted: true}))
 	}
 	if tempID != "" {
 		id = uuid.NewString()
@@ -393,7 +403,7 @@ func (a *pushApplier) op(table, field string, v jsonv.Value) error {
 	if err != nil {
 		return err
 	}
-	return a.write(table, id, merge.Write{At: a.serverStamp(), Patch: patch})
+	return a.write(table, id, applying(merge.Write{At: a.serverStamp(), Patch: patch}))
 }
 
 // plainFields checks a plain row's fields and resolves its references to
@@ -494,7 +504,7 @@ func (a *pushApplier) deletions(field string) error {
 		} else {
 			wr = merge.Write{At: a.serverStamp(), Deleted: true}
 		}
-		if err := a.write(table, id, wr); err != nil {
+		if err := a.write(table, id, applying(wr)); err != nil {
 			return err
 		}
 	}
@@ -592,8 +602,9 @@ func (a *pushApplier) serverStamp() merge.Stamp {
 	return merge.Stamp{Version: a.maxVersion, Device: ServerDevice}
 }
 
-// write merges w into the record and stores it at the push's next time.
-func (a *pushApplier) write(table, id string, w merge.Write) error {
+// write applies fn to the record's state and, if that changed it, stores
+// it at the push's next time.
+func (a *pushApplier) write(table, id string, fn func(*merge.Node)) error {
 	r, found, err := a.tx.record(table, id)
 	if err != nil {
 		return err
@@ -608,7 +619,7 @@ func (a *pushApplier) write(table, id string, w merge.Write) error {
 			return fmt.Errorf("stored record %s/%s: %w", table, id, err)
 		}
 	}
-	n.Apply(w)
+	fn(n)
 	data, clock := merge.EncodeState(n)
 	if data == r.data && clock == r.clock {
 		a.applied++ // nothing new: a write seen before
@@ -655,3 +666,37 @@ func (h *Handler) otherStore(ctx context.Context, user, name, id, current string
 	}
 	return &problemError{problemBody{Type: problemType("store-replaced"), Title: "Store replaced", Status: http.StatusConflict, Detail: detail}}
 }
+
+// state reads a record's state, as a joining engine sends it:
+// {"data": {...}, "clock": {...}, "deleted": bool}, checked as a device
+// checks a snapshot's records.
+func (a *pushApplier) state(field string, v jsonv.Value) (*merge.Node, error) {
+	data, okD := v.Get("data")
+	clock, okC := v.Get("clock")
+	del, okX := v.Get("deleted")
+	switch {
+	case !v.IsObject() || len(v.Members) != 3 || !okD || !okC || !okX:
+		return nil, badField(field, `must be {"data": {...}, "clock": {...}, "deleted": true or false}`)
+	case !data.IsObject() || !clock.IsObject():
+		return nil, badField(field, "data and clock must be objects")
+	case string(del.Leaf) != "true" && string(del.Leaf) != "false":
+		return nil, badField(field+".deleted", "must be true or false")
+	}
+	n, err := merge.DecodeState(data, jsonv.Encode(clock), string(del.Leaf) == "true")
+	if err == nil {
+		err = merge.CheckRecordClock(n, map[string]bool{})
+	}
+	if err != nil {
+		return nil, badField(field, err.Error())
+	}
+	if v := n.Newest().Version; v > merge.VersionsAllowed(microTime(a.now)) {
+		return nil, badField(field+".clock", fmt.Sprintf("version %d is ahead of the server's clock", v))
+	}
+	if int64(len(jsonv.Encode(data))) > a.h.opts.MaxRecordBytes {
+		return nil, badField(field+".data", fmt.Sprintf("over the server's limit of %d bytes", a.h.opts.MaxRecordBytes))
+	}
+	a.maxVersion = max(a.maxVersion, n.Newest().Version)
+	return n, nil
+}
+
+func applying(w merge.Write) func(*merge.Node) { return func(n *merge.Node) { n.Apply(w) } }

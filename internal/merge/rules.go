@@ -98,3 +98,57 @@ func CheckDeviceID(id string) error {
 	}
 	return nil
 }
+
+// CheckRecordClock checks a record's state as checkClock does, and its
+// delete's stamp. A record may be known only by its delete (a device that
+// received the delete before the record's writes): no stamp but that one.
+func CheckRecordClock(n *Node, devices map[string]bool) error {
+	if !n.Gone.IsZero() {
+		if err := checkStamp(n.Gone, devices); err != nil {
+			return err
+		}
+		if n.Stamp.IsZero() && n.Kind == AbsentNode {
+			return nil
+		}
+	}
+	return checkClock(n, Stamp{Version: MaxVersion + 1}, devices)
+}
+
+func checkStamp(s Stamp, devices map[string]bool) error {
+	if s.Version < 1 || s.Version > MaxVersion {
+		return fmt.Errorf("%w: version %d out of range", ErrBadClock, s.Version)
+	}
+	if !devices[s.Device] {
+		if CheckDeviceID(s.Device) != nil {
+			return fmt.Errorf("%w: device %q", ErrBadClock, s.Device)
+		}
+		devices[s.Device] = true
+	}
+	return nil
+}
+
+// checkClock checks what the merge rules guarantee of every state they
+// build: stamps in range, a node's stamp not below its children's, a floor
+// below its node's stamp and below every child kept over it.
+func checkClock(n *Node, parent Stamp, devices map[string]bool) error {
+	for _, s := range []Stamp{n.Stamp, n.Floor} {
+		if s.IsZero() {
+			continue
+		}
+		if err := checkStamp(s, devices); err != nil {
+			return err
+		}
+	}
+	if n.Stamp.IsZero() || parent.Less(n.Stamp) || (!n.Floor.IsZero() && !n.Floor.Less(n.Stamp)) {
+		return fmt.Errorf("%w: stamps out of order", ErrBadClock)
+	}
+	for _, k := range n.Kids {
+		if !n.Floor.IsZero() && !n.Floor.Less(k.Node.Stamp) {
+			return fmt.Errorf("%w: a member older than its object's reset", ErrBadClock)
+		}
+		if err := checkClock(k.Node, n.Stamp, devices); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,359 @@
+// Package httpremote lets a drivesync Engine sync through a sync server
+// (drivesync-server, package syncserver) instead of a storage Remote:
+//
+//	srv := httpremote.New("https://sync.example.com", token, httpremote.Options{Store: "notes"})
+//	eng, err := drivesync.Open(ctx, db, drivesync.Config{Server: srv, Tables: tables})
+//
+// A sync then pushes this device's changes in one request and pulls, page
+// by page, the merged records changed since its last pull. Requests that
+// fail for a moment (the network, a 5xx, a 429) are retried with backoff;
+// a push is retried with the same Idempotency-Key, so the server applies
+// it once.
+package httpremote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/pacer"
+)
+
+// Options configure a Client. The zero value works.
+type Options struct {
+	// Store is the name of the store on the server (default "default").
+	// Each user's stores are their own: two users' stores of one name
+	// are two stores.
+	Store string
+	// HTTPClient makes the requests (default: one with a 2-minute
+	// timeout per request).
+	HTTPClient *http.Client
+	// PageSize is the number of records a pull asks for at a time
+	// (default 500, at most 1000).
+	PageSize int
+	// MinSleep, MaxSleep and MaxAttempts bound the retries of a request
+	// (defaults 100ms, 10s, 6).
+	MinSleep, MaxSleep time.Duration
+	MaxAttempts        int
+}
+
+// A Client reaches one store on a sync server. It implements
+// drivesync.Server and is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	opts  Options
+	http  *http.Client
+	pace  *pacer.Pacer
+	err   error // a bad base URL, reported by every call
+}
+
+var _ drivesync.Server = (*Client)(nil)
+
+// New returns a Client for the server at baseURL (such as
+// "https://sync.example.com" or "http://127.0.0.1:8080"), signing in with
+// token, one of the server's tokens.
+func New(baseURL, token string, opts Options) *Client {
+	if opts.Store == "" {
+		opts.Store = "default"
+	}
+	if opts.PageSize <= 0 || opts.PageSize > 1000 {
+		opts.PageSize = 500
+	}
+	if opts.MinSleep <= 0 {
+		opts.MinSleep = 100 * time.Millisecond
+	}
+	if opts.MaxSleep <= 0 {
+		opts.MaxSleep = 10 * time.Second
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 6
+	}
+	c := &Client{token: token, opts: opts, http: opts.HTTPClient, pace: pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts)}
+	if c.http == nil {
+		c.http = &http.Client{Timeout: 2 * time.Minute}
+	}
+	u, err := url.Parse(strings.TrimSuffix(baseURL, "/"))
+	switch {
+	case err != nil:
+		c.err = fmt.Errorf("httpremote: server URL %q: %w", baseURL, err)
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		c.err = fmt.Errorf("httpremote: server URL %q: want http://host[:port] or https://host[:port]", baseURL)
+	case token == "":
+		c.err = errors.New("httpremote: no token: use one of the server's tokens")
+	}
+	c.base = u
+	return c
+}
+
+// Identity names the server and store, for the engine's status: the URL
+// and the store's name, never the token.
+func (c *Client) Identity() string {
+	if c.base == nil {
+		return ""
+	}
+	return c.base.String() + "#" + c.opts.Store
+}
+
+// Push sends a batch of writes in one request:
+//
+//	{"ops": {"<table>": [{"op": "upsert", "id": "<id>", "drivesync": {...}}, ...],
+//	         "deletions": [{"table": "<table>", "id": "<id>", "drivesync": {...}}]}}
+func (c *Client) Push(ctx context.Context, b *drivesync.PushBatch) (*drivesync.PushResult, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	body := encodePush(b.Writes)
+	q := url.Values{"store": {c.opts.Store}}
+	if b.StoreID != "" {
+		q.Set("store_id", b.StoreID)
+	}
+	var res struct {
+		OK    bool   `json:"ok"`
+		Store string `json:"store"`
+	}
+	err := c.call(ctx, "POST", "/sync/push", q, body, b.Key, &res)
+	if err != nil {
+		return nil, err
+	}
+	if !res.OK || res.Store == "" {
+		return nil, fmt.Errorf("httpremote: the server's push response names no store")
+	}
+	return &drivesync.PushResult{StoreID: res.Store}, nil
+}
+
+// encodePush writes the body of a push, grouping the writes by table in
+// the order each table first appears.
+func encodePush(writes []drivesync.ServerWrite) []byte {
+	var tables []string
+	byTable := map[string][]int{}
+	var dels []int
+	for i, w := range writes {
+		if w.Deleted && w.Clock == nil {
+			dels = append(dels, i)
+			continue
+		}
+		if _, ok := byTable[w.Table]; !ok {
+			tables = append(tables, w.Table)
+		}
+		byTable[w.Table] = append(byTable[w.Table], i)
+	}
+	b := []byte(`{"ops":{`)
+	for ti, t := range tables {
+		if ti > 0 {
+			b = append(b, ',')
+		}
+		b = jsonv.AppendString(b, t)
+		b = append(b, ":["...)
+		for j, i := range byTable[t] {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			w := writes[i]
+			b = append(b, `{"op":"upsert","id":`...)
+			b = jsonv.AppendString(b, w.Record)
+			if w.Clock != nil {
+				b = append(b, `,"drivesync":{"state":{"data":`...)
+				b = append(b, w.Patch...)
+				b = append(b, `,"clock":`...)
+				b = append(b, w.Clock...)
+				b = append(b, `,"deleted":`...)
+				b = strconv.AppendBool(b, w.Deleted)
+				b = append(b, "}}}"...)
+				continue
+			}
+			b = appendStamp(append(b, `,"drivesync":{`...), w.Version, w.Device)
+			b = append(b, `,"patch":`...)
+			b = append(b, w.Patch...)
+			if w.Replaces {
+				b = append(b, `,"replaces":true,"reset":{`...)
+				b = appendStamp(b, w.ResetVersion, w.ResetDevice)
+				b = append(b, '}')
+			}
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	if len(dels) > 0 {
+		if len(tables) > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `"deletions":[`...)
+		for j, i := range dels {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			w := writes[i]
+			b = append(b, `{"table":`...)
+			b = jsonv.AppendString(b, w.Table)
+			b = append(b, `,"id":`...)
+			b = jsonv.AppendString(b, w.Record)
+			b = appendStamp(append(b, `,"drivesync":{`...), w.Version, w.Device)
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}}"...)
+}
+
+func appendStamp(b []byte, version int64, device string) []byte {
+	b = append(b, `"version":`...)
+	b = strconv.AppendInt(b, version, 10)
+	b = append(b, `,"device":`...)
+	return jsonv.AppendString(b, device)
+}
+
+// Pull asks for one page of the records written after cursor.
+func (c *Client) Pull(ctx context.Context, storeID, cursor string) (*drivesync.PullPage, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	q := url.Values{"store": {c.opts.Store}, "limit": {strconv.Itoa(c.opts.PageSize)}, "view": {"drivesync"}}
+	if storeID != "" {
+		q.Set("store_id", storeID)
+	}
+	if cursor != "" {
+		q.Set("since", cursor)
+	}
+	var res struct {
+		Changes map[string][]struct {
+			ID        string `json:"id"`
+			Drivesync *struct {
+				Data    json.RawMessage `json:"data"`
+				Clock   json.RawMessage `json:"clock"`
+				Deleted bool            `json:"deleted"`
+			} `json:"drivesync"`
+		} `json:"changes"`
+		NextCursor *string `json:"nextCursor"`
+		ServerTime string  `json:"server_time"`
+		Store      *string `json:"store"`
+	}
+	if err := c.call(ctx, "GET", "/sync/pull", q, nil, "", &res); err != nil {
+		return nil, err
+	}
+	p := &drivesync.PullPage{Cursor: res.ServerTime}
+	if res.Store != nil {
+		p.StoreID = *res.Store
+	}
+	if res.NextCursor != nil {
+		p.Cursor, p.More = *res.NextCursor, true
+	}
+	for table, rows := range res.Changes {
+		for _, r := range rows {
+			if r.Drivesync == nil {
+				return nil, fmt.Errorf("httpremote: the server sent %s/%s without its state: it does not speak view=drivesync", table, r.ID)
+			}
+			p.Records = append(p.Records, drivesync.ServerRecord{Table: table, Record: r.ID, Data: r.Drivesync.Data, Clock: r.Drivesync.Clock, Deleted: r.Drivesync.Deleted})
+		}
+	}
+	return p, nil
+}
+
+// A problem is the server's Problem Details for a failed request.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// A statusError is a request the server answered with an error.
+type statusError struct {
+	status int
+	p      problem
+	after  time.Duration // Retry-After
+	err    error         // what the engine should match
+}
+
+func (e *statusError) Error() string {
+	msg := e.p.Detail
+	if msg == "" {
+		msg = http.StatusText(e.status)
+	}
+	if e.err != nil {
+		return fmt.Sprintf("%v: server: %s (%d)", e.err, msg, e.status)
+	}
+	return fmt.Sprintf("server: %s (%d)", msg, e.status)
+}
+
+func (e *statusError) Unwrap() error { return e.err }
+
+// call sends a request, retrying what may pass, and decodes the JSON
+// answer into out.
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, body []byte, key string, out any) error {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	return c.pace.Call(ctx, func() error {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		res, err := c.http.Do(req)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			return err
+		}
+		if res.StatusCode != http.StatusOK {
+			return classifyStatus(res, b)
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return &statusError{status: res.StatusCode, p: problem{Detail: "unreadable response: " + err.Error()}}
+		}
+		return nil
+	}, retryable)
+}
+
+func classifyStatus(res *http.Response, b []byte) error {
+	e := &statusError{status: res.StatusCode}
+	json.Unmarshal(b, &e.p)
+	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.after = time.Duration(s) * time.Second
+	}
+	switch {
+	case res.StatusCode == http.StatusUnauthorized:
+		e.err = fmt.Errorf("%w (the server refused the token)", drivesync.ErrAuth)
+	case res.StatusCode == http.StatusForbidden:
+		e.err = fmt.Errorf("%w (the token's user may not use this store)", drivesync.ErrAuth)
+	case e.p.Type == "urn:drivesync:problem:store-replaced":
+		e.err = drivesync.ErrRemoteChanged
+	}
+	return e
+}
+
+// retryable says which failures may pass: the network, the server's
+// 5xx and 429, and a concurrent push with the same key (409).
+func retryable(err error) pacer.Retry {
+	var se *statusError
+	if errors.As(err, &se) {
+		again := se.status >= 500 || se.status == http.StatusTooManyRequests ||
+			(se.status == http.StatusConflict && se.p.Type == "urn:drivesync:problem:idempotency-key-in-use")
+		return pacer.Retry{Again: again, After: se.after}
+	}
+	return pacer.Retry{Again: true} // the network: the request may not have arrived
+}

@@ -1,0 +1,304 @@
+package httpremote_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/httpremote"
+	"github.com/drivesync/drivesync/internal/openapicheck"
+	"github.com/drivesync/drivesync/internal/pgtest"
+	"github.com/drivesync/drivesync/syncserver"
+	_ "modernc.org/sqlite"
+)
+
+const (
+	aliceToken = "alice-token-0123456789"
+	bobToken   = "bob-token-0123456789ab"
+)
+
+// startServer serves a fresh store of kind on loopback.
+func startServer(t testing.TB, kind string) (string, *syncserver.Store) {
+	return serve(t, pgtest.Spec(t, kind))
+}
+
+func serve(t testing.TB, spec string) (string, *syncserver.Store) {
+	st, err := syncserver.Open(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h := syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{aliceToken: "alice", bobToken: "bob"}})
+	ts := httptest.NewServer(conformance(t).Handler(t, h))
+	t.Cleanup(ts.Close)
+	return ts.URL, st
+}
+
+func eachKind(t *testing.T, fn func(t *testing.T, kind string)) {
+	for _, kind := range pgtest.Kinds {
+		t.Run(kind, func(t *testing.T) { fn(t, kind) })
+	}
+}
+
+const schema = `CREATE TABLE notes (id TEXT PRIMARY KEY, content TEXT);
+CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, n REAL, data BLOB);`
+
+type device struct {
+	t   testing.TB
+	db  *sql.DB
+	eng *drivesync.Engine
+}
+
+func openDevice(t testing.TB, name string, srv drivesync.Server, edit ...func(*drivesync.Config)) *device {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(schema); err != nil {
+		t.Fatal(err)
+	}
+	cfg := drivesync.Config{Server: srv, DeviceID: name,
+		Tables: []drivesync.Table{{Name: "notes"}, {Name: "items", UniqueIntegerKey: true}}}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	eng, err := drivesync.Open(context.Background(), db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &device{t: t, db: db, eng: eng}
+}
+
+func (d *device) exec(q string, args ...any) {
+	d.t.Helper()
+	if _, err := d.db.Exec(q, args...); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *device) sync() drivesync.Report {
+	d.t.Helper()
+	r, err := d.eng.Sync(context.Background())
+	if err != nil {
+		d.t.Fatalf("sync: %v", err)
+	}
+	return r
+}
+
+// dump is the device's app tables, sorted.
+func (d *device) dump() string {
+	d.t.Helper()
+	var b strings.Builder
+	for _, q := range []string{`SELECT id, content FROM notes ORDER BY id`, `SELECT id, quote(name), quote(n), quote(data) FROM items ORDER BY id`} {
+		rows, err := d.db.Query(q)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			rows.Scan(ptrs...)
+			fmt.Fprintln(&b, vals...)
+		}
+		rows.Close()
+	}
+	return b.String()
+}
+
+func converged(t *testing.T, devs ...*device) {
+	t.Helper()
+	want := devs[0].dump()
+	for _, d := range devs[1:] {
+		if got := d.dump(); got != want {
+			t.Fatalf("devices differ:\n%s\n---\n%s", want, got)
+		}
+	}
+}
+
+// Two devices sync through the server: creates, concurrent edits of
+// different fields and of the same field, deletes, an ordinary table.
+func TestTwoDevices(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) {
+		url, _ := startServer(t, kind)
+		a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{Store: "notes"}))
+		b := openDevice(t, "dev-b", httpremote.New(url, aliceToken, httpremote.Options{Store: "notes"}))
+		a.exec(`INSERT INTO notes VALUES ('n1', '{"title":"one","body":"x"}'), ('n2', '{"title":"two"}')`)
+		a.exec(`INSERT INTO items VALUES (1, 'blob', 1.5, x'00ff')`)
+		if r := a.sync(); r.ChangesSent != 3 {
+			t.Errorf("a sent %d changes, want 3", r.ChangesSent)
+		}
+		if r := b.sync(); r.ChangesReceived != 3 {
+			t.Errorf("b received %d changes, want 3", r.ChangesReceived)
+		}
+		converged(t, a, b)
+
+		a.exec(`UPDATE notes SET content = json_set(content, '$.title', 'A') WHERE id = 'n1'`)
+		b.exec(`UPDATE notes SET content = json_set(content, '$.body', 'B') WHERE id = 'n1'`)
+		b.exec(`DELETE FROM notes WHERE id = 'n2'`)
+		b.exec(`UPDATE items SET n = 2.5 WHERE id = 1`)
+		a.sync()
+		b.sync()
+		a.sync()
+		converged(t, a, b)
+		var content string
+		a.db.QueryRow(`SELECT content FROM notes WHERE id = 'n1'`).Scan(&content)
+		if content != `{"body":"B","title":"A"}` {
+			t.Errorf("n1 = %s, want both edits", content)
+		}
+		var n int
+		a.db.QueryRow(`SELECT count(*) FROM notes WHERE id = 'n2'`).Scan(&n)
+		if n != 0 {
+			t.Errorf("n2 not deleted on a")
+		}
+		// Nothing new: a sync sends and receives nothing.
+		if r := a.sync(); r.ChangesSent != 0 || r.ChangesReceived != 0 {
+			t.Errorf("idle sync: %+v", r)
+		}
+	})
+}
+
+// A new device gets every record from the server's state, page by page.
+func TestBootstrapPages(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) {
+		url, _ := startServer(t, kind)
+		a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{}))
+		tx, _ := a.db.Begin()
+		for i := range 1234 {
+			tx.Exec(`INSERT INTO notes VALUES (?, ?)`, fmt.Sprintf("n%04d", i), fmt.Sprintf(`{"i":%d}`, i))
+		}
+		tx.Commit()
+		a.sync()
+		a.exec(`DELETE FROM notes WHERE id = 'n0007'`)
+		a.sync()
+		b := openDevice(t, "dev-b", httpremote.New(url, aliceToken, httpremote.Options{PageSize: 100}))
+		if r := b.sync(); r.ChangesReceived != 1234 {
+			t.Errorf("b received %d records, want 1234 (one a tombstone)", r.ChangesReceived)
+		}
+		converged(t, a, b)
+	})
+}
+
+// A push whose response is lost (the server applied it) is sent again
+// with its key; one whose request never arrived is sent again too. Either
+// way every write arrives once and nothing is lost.
+func TestLostResponses(t *testing.T) {
+	url, _ := startServer(t, "sqlite")
+	lose := &loseResponse{match: func(r *http.Request) bool { return r.Method == "POST" }}
+	lose.times.Store(2)
+	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{HTTPClient: &http.Client{Transport: lose}, MinSleep: 1}))
+	b := openDevice(t, "dev-b", httpremote.New(url, aliceToken, httpremote.Options{}))
+	a.exec(`INSERT INTO notes VALUES ('n1', '{"t":1}')`)
+	a.sync()
+	if lose.times.Load() > 0 {
+		t.Fatal("no response was lost")
+	}
+	b.sync()
+	converged(t, a, b)
+}
+
+type loseResponse struct {
+	match func(*http.Request) bool
+	times atomic.Int32
+}
+
+func (l *loseResponse) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !l.match(req) || l.times.Add(-1) < 0 {
+		return res, err
+	}
+	res.Body.Close()
+	return nil, errors.New("connection reset (test)")
+}
+
+// A server whose store was deleted and created again is another store: the
+// device stops with ErrRemoteChanged and nothing local is lost; JoinRemote
+// merges it into the new store.
+func TestStoreReplaced(t *testing.T) {
+	dir := t.TempDir()
+	spec := "sqlite:" + filepath.Join(dir, "server.db")
+	url, st := serve(t, spec)
+	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{}))
+	a.exec(`INSERT INTO notes VALUES ('n1', '{"t":1}')`)
+	a.sync()
+	st.Close()
+
+	// The server starts again on an empty database.
+	url2, _ := serve(t, "sqlite:"+filepath.Join(dir, "server2.db"))
+	a2 := openDevice(t, "dev-c", httpremote.New(url2, aliceToken, httpremote.Options{}))
+	a2.exec(`INSERT INTO notes VALUES ('c1', '{"c":1}')`)
+	a2.sync()
+	a.eng.Close()
+	a = reopen(t, a, httpremote.New(url2, aliceToken, httpremote.Options{}))
+	_, err := a.eng.Sync(context.Background())
+	if !errors.Is(err, drivesync.ErrRemoteChanged) {
+		t.Fatalf("sync with a replaced store: %v, want ErrRemoteChanged", err)
+	}
+	if err := a.eng.JoinRemote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.sync()
+	a2.sync()
+	converged(t, a, a2)
+	if got := a2.dump(); !strings.Contains(got, "n1") || !strings.Contains(got, "c1") {
+		t.Errorf("after the join: %s", got)
+	}
+}
+
+func reopen(t testing.TB, d *device, srv drivesync.Server) *device {
+	eng, err := drivesync.Open(context.Background(), d.db, drivesync.Config{Server: srv, DeviceID: "dev-a",
+		Tables: []drivesync.Table{{Name: "notes"}, {Name: "items", UniqueIntegerKey: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &device{t: t, db: d.db, eng: eng}
+}
+
+// A wrong token is ErrAuth; another user's store of the same name is
+// another store.
+func TestUsers(t *testing.T) {
+	url, _ := startServer(t, "sqlite")
+	bad := openDevice(t, "dev-x", httpremote.New(url, "not-a-token-000000000", httpremote.Options{}))
+	bad.exec(`INSERT INTO notes VALUES ('x', '{}')`)
+	if _, err := bad.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrAuth) {
+		t.Errorf("wrong token: %v, want ErrAuth", err)
+	}
+	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{}))
+	b := openDevice(t, "dev-b", httpremote.New(url, bobToken, httpremote.Options{}))
+	a.exec(`INSERT INTO notes VALUES ('secret', '{"of":"alice"}')`)
+	a.sync()
+	b.sync()
+	if got := b.dump(); got != "" {
+		t.Errorf("bob got %s", got)
+	}
+}
+
+var (
+	checkerOnce sync.Once
+	checker     *openapicheck.Checker
+	checkerErr  error
+)
+
+// conformance checks every exchange of the engine with the server, its
+// pushes included, against the server's OpenAPI document.
+func conformance(t testing.TB) *openapicheck.Checker {
+	checkerOnce.Do(func() { checker, checkerErr = openapicheck.Load("../syncserver/openapi.json") })
+	if checkerErr != nil {
+		t.Fatal(checkerErr)
+	}
+	return checker
+}

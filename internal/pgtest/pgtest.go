@@ -1,0 +1,81 @@
+// Package pgtest gives tests a PostgreSQL database of their own: a fresh
+// schema of the server DRIVESYNC_POSTGRES_URL names (a role that may
+// create schemas in its database), dropped when the test ends. Without
+// that variable the tests skip, unless DRIVESYNC_REQUIRE_POSTGRES is set
+// (as CI does), when they fail.
+package pgtest
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+)
+
+// URL returns DRIVESYNC_POSTGRES_URL, or skips (or fails) the test.
+func URL(t testing.TB) string {
+	u := os.Getenv("DRIVESYNC_POSTGRES_URL")
+	if u == "" {
+		if os.Getenv("DRIVESYNC_REQUIRE_POSTGRES") != "" {
+			t.Fatal("DRIVESYNC_REQUIRE_POSTGRES is set but DRIVESYNC_POSTGRES_URL is not")
+		}
+		t.Skip("DRIVESYNC_POSTGRES_URL not set: PostgreSQL is not tested")
+	}
+	return u
+}
+
+// Fresh returns a URL whose objects live in a new, empty schema, dropped
+// when the test ends.
+func Fresh(t testing.TB) string {
+	base := URL(t)
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "test_" + hex.EncodeToString(b)
+	if _, err := db.Exec(`CREATE SCHEMA ` + schema); err != nil {
+		t.Fatalf("create a schema on %s: %v", redact(base), err)
+	}
+	t.Cleanup(func() {
+		if db, err := sql.Open("pgx", base); err == nil {
+			db.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+			db.Close()
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return p.Redacted()
+}
+
+// Kinds are the stores a sync server's tests run on.
+var Kinds = []string{"sqlite", "postgres"}
+
+// Spec returns the store spec (see syncserver.Open) of a fresh store of
+// kind, "sqlite" or "postgres".
+func Spec(t testing.TB, kind string) string {
+	if kind == "sqlite" {
+		return "sqlite:" + filepath.Join(t.TempDir(), "server.db")
+	}
+	return Fresh(t)
+}

@@ -1,0 +1,358 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// A Server is a sync server that keeps a store's records itself and
+// merges the devices' writes with the same rules as the devices (package
+// httpremote reaches drivesync-server). Set Config.Server instead of
+// Config.Remote to sync through one.
+//
+// Through a server a sync pushes this device's changes as one batch of
+// stamped writes, and pulls the merged state of every record changed
+// since its cursor, a page at a time; a new device pulls every record.
+// The server keeps no files: there are no snapshots to write and nothing
+// to compact. What the device receives is merged into its synced state
+// exactly as a snapshot's records are.
+//
+// Implementations must be safe for concurrent use.
+type Server interface {
+	// Push applies a batch of writes to the store exactly once, however
+	// often the batch is sent with the same key. An error that matches
+	// ErrRemoteChanged says the server's store is not batch.StoreID.
+	Push(ctx context.Context, batch *PushBatch) (*PushResult, error)
+	// Pull returns the records written after cursor ("" for every
+	// record), as many as the server puts in one page. An error that
+	// matches ErrRemoteChanged says the store is not storeID ("" asks
+	// for whatever store the server holds).
+	Pull(ctx context.Context, storeID, cursor string) (*PullPage, error)
+}
+
+// PushBatch is one push.
+type PushBatch struct {
+	// StoreID is the store this device syncs with, "" before its first
+	// sync: the server then creates the store if it has none.
+	StoreID string
+	// Key makes the push idempotent: the server applies a batch sent
+	// again with the same key once.
+	Key    string
+	Writes []ServerWrite
+}
+
+// ServerWrite is one write of a push: a change this device made, stamped
+// with its version and device, or (when Clock is set) the whole state of
+// a record, which a device joining a store sends.
+type ServerWrite struct {
+	Table, Record string
+	Version       int64
+	Device        string
+	// Patch is an RFC 7396 merge patch (nulls remove), or with Clock the
+	// record's content; nil for a delete.
+	Patch   json.RawMessage
+	Deleted bool
+	// Replaces marks a record created again over one its device saw
+	// deleted: every write up to ResetVersion by ResetDevice is gone.
+	Replaces     bool
+	ResetVersion int64
+	ResetDevice  string
+	// Clock is the record's stamps, for a state: see the drivesync-server
+	// protocol.
+	Clock json.RawMessage
+}
+
+// PushResult is the server's answer to a push.
+type PushResult struct {
+	StoreID string // the store the writes went to
+}
+
+// PullPage is one page of a pull.
+type PullPage struct {
+	// StoreID is the server's store, "" if it has none yet.
+	StoreID string
+	Records []ServerRecord
+	// Cursor is where the next pull starts; More says whether records
+	// after this page exist now.
+	Cursor string
+	More   bool
+}
+
+// ServerRecord is the merged state of one record.
+type ServerRecord struct {
+	Table, Record string
+	Data, Clock   json.RawMessage
+	Deleted       bool
+}
+
+// serverLimits are the limits of a store on a server: the defaults, with
+// pushes kept well under a server's default body limit.
+func serverLimits() Limits {
+	return Limits{MaxFileSize: 16 << 20, MaxExpandedSize: 16 << 20}.withDefaults()
+}
+
+// syncServer is Sync through a Server: push the outbox left by a sync that
+// did not commit, pull, plan, push, and commit, as a sync through files
+// does (see sync), with the pulled records in place of the downloads.
+func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
+	e := s.e
+	var err error
+	if s.store, err = getMeta(ctx, s.conn, metaStore); err != nil {
+		return nil, nil, &Error{Op: "sync", Err: err}
+	}
+	s.limits = serverLimits()
+	if err := s.recoverPushes(ctx); err != nil {
+		return nil, nil, err
+	}
+	l := &listing{server: true}
+	f, err := s.pull(ctx, l)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.hook("fetched"); err != nil {
+		return nil, nil, err
+	}
+	if err := s.pushJoin(ctx); err != nil {
+		return nil, nil, err
+	}
+	p, err := s.plan(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.hook("planned"); err != nil {
+		return nil, nil, err
+	}
+	unwritten, err := s.hasUnwritten(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.changes.n == 0 && f.empty() && !unwritten {
+		return l, f, s.setMetas(ctx, metaServerCursor, l.serverCursor)
+	}
+	if p.sent > 0 {
+		if err := s.reserve(ctx, p, time.Now()); err != nil {
+			return nil, nil, err
+		}
+		for i, up := range p.uploads {
+			e.progress("upload", i, len(p.uploads))
+			if err := s.pushFile(ctx, up.name); err != nil {
+				return nil, nil, err
+			}
+			s.report.Uploaded = up.name
+			e.log.Info("drivesync: pushed", "batch", up.name, "changes", up.sent)
+		}
+		s.report.ChangesSent = p.sent
+		e.progress("upload", len(p.uploads), len(p.uploads))
+	}
+	if err := s.hook("uploaded"); err != nil {
+		return nil, nil, err
+	}
+	return l, f, s.commit(ctx, l, f, p)
+}
+
+// pull takes every record the server changed after this device's cursor,
+// validated and spooled like a snapshot's records.
+func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
+	e := s.e
+	f := &fetched{rejected: map[string]rejectedFile{}, covers: map[string]bool{}, listed: map[string]bool{}, ledger: map[string]knownFile{}}
+	cursor, err := getMeta(ctx, s.conn, metaServerCursor)
+	if err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
+	sp, err := newSpool(e.cfg.TempDir)
+	if err != nil {
+		return nil, err
+	}
+	s.onDone(sp.close)
+	devices := map[string]bool{}
+	for {
+		page, err := e.cfg.Server.Pull(ctx, s.store, cursor)
+		if err != nil {
+			return nil, serverErr("pull", err)
+		}
+		if err := s.bindServer(ctx, page.StoreID); err != nil {
+			return nil, err
+		}
+		for _, r := range page.Records {
+			c, err := validateStateEntry(stateEntry{Table: r.Table, Record: r.Record, State: r.Data, Clock: r.Clock, Deleted: r.Deleted}, s.limits.MaxRecordSize, devices)
+			if err != nil {
+				// One record the server holds wrongly must not stop
+				// this device: it is reported and comes again with
+				// its next write.
+				s.report.Rejected = append(s.report.Rejected, FileError{Name: "server record " + r.Table + "/" + r.Record, Err: fmt.Errorf("%w: %w", ErrCorruptFile, err)})
+				continue
+			}
+			f.maxSeen = max(f.maxSeen, c.version)
+			if err := sp.add(c); err != nil {
+				return nil, &Error{Op: "pull", Err: err}
+			}
+		}
+		e.progress("download", sp.n, -1)
+		if page.Cursor == "" {
+			return nil, &Error{Op: "pull", Err: fmt.Errorf("%w: the server gave no cursor", ErrRemote)}
+		}
+		cursor = page.Cursor
+		if !page.More {
+			break
+		}
+	}
+	l.serverCursor = cursor
+	if sp.n > 0 {
+		f.files = []*downloaded{{name: "server", kind: kindSnapshot, spool: sp}}
+	}
+	return f, nil
+}
+
+// bindServer checks that the server's store is the one this device syncs
+// with, and binds a device that syncs with none yet to it.
+func (s *syncRun) bindServer(ctx context.Context, store string) error {
+	switch {
+	case store == s.store:
+		return nil
+	case s.store == "":
+		if err := s.setMetas(ctx, metaStore, store); err != nil {
+			return &Error{Op: "bind", Err: err}
+		}
+		s.store = store
+		s.e.log.Info("drivesync: bound to the server's store", "store", store)
+		return nil
+	case store == "":
+		return &Error{Op: "bind", Err: fmt.Errorf("%w: the server no longer has store %s (it was deleted): call StartFresh to make this database's data a new store there", ErrRemoteChanged, s.store)}
+	}
+	return &Error{Op: "bind", Err: fmt.Errorf("%w: the server holds store %s, not %s: call JoinRemote to merge this database into it", ErrRemoteChanged, store, s.store)}
+}
+
+// serverErr wraps a Server's error: a changed store as it is, anything
+// else as a remote failure, unless the context ended.
+func serverErr(op string, err error) error {
+	if errors.Is(err, ErrRemoteChanged) || errors.Is(err, ErrAuth) || errors.Is(err, ErrQuota) {
+		return &Error{Op: op, Err: err}
+	}
+	return remoteErr(op, "", err)
+}
+
+// pushFile pushes the outbox's batch name, with name as its key, and binds
+// a device that syncs with no store yet to the one it went to.
+func (s *syncRun) pushFile(ctx context.Context, name string) error {
+	e := s.e
+	var writes []ServerWrite
+	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
+	err := decodePatchFile(src, e.deviceID, math.MaxInt64, math.MaxInt64, func(c fileChange) error {
+		w := ServerWrite{Table: c.table, Record: c.record, Version: c.version, Device: e.deviceID, Deleted: c.deleted}
+		if !c.deleted {
+			w.Patch = json.RawMessage(c.patch)
+		}
+		if c.flags&changeReplaces != 0 {
+			w.Replaces = true
+			w.ResetVersion, w.ResetDevice = c.reset.Version, c.reset.Device
+			if w.ResetVersion == 0 { // format 2: the version before, by the same device
+				w.ResetVersion, w.ResetDevice = c.version-1, e.deviceID
+			}
+		}
+		writes = append(writes, w)
+		return nil
+	})
+	if err != nil {
+		return &Error{Op: "push", File: name, Err: err}
+	}
+	res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Key: pushKey(e.deviceID, name), Writes: writes})
+	if err != nil {
+		return serverErr("push", err)
+	}
+	return s.bindServer(ctx, res.StoreID)
+}
+
+// pushKey is the idempotency key of a batch: its outbox name, unique to
+// this database, with the device id in case two databases share one.
+func pushKey(device, name string) string { return "drivesync:" + device + ":" + name }
+
+// recoverPushes pushes again, with the same keys, the batches an earlier
+// sync reserved and may have pushed without committing, and merges them
+// into the synced state (see recoverOutbox).
+func (s *syncRun) recoverPushes(ctx context.Context) error {
+	for {
+		var name string
+		err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return &Error{Op: "recover upload", Err: err}
+		}
+		if err := s.pushFile(ctx, name); err != nil {
+			return err
+		}
+		if err := s.adoptOutbox(ctx, name, false); err != nil {
+			return err
+		}
+	}
+}
+
+// pushJoin sends, after JoinRemote or StartFresh, the state of every
+// record this database holds, so that the server's store gets what it
+// lacks; the merge keeps whatever is newer on either side.
+func (s *syncRun) pushJoin(ctx context.Context) error {
+	e := s.e
+	join, err := getMeta(ctx, s.conn, metaJoin)
+	if err != nil || join == "" {
+		return err
+	}
+	const batch = 1000
+	after := recordKey{}
+	for {
+		rows, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id, record_data, clock, is_deleted FROM sync_states
+WHERE (table_name, record_id) > (?1, ?2) ORDER BY table_name, record_id LIMIT ?3`, after.table, after.record, batch)
+		if err != nil {
+			return &Error{Op: "join", Err: err}
+		}
+		var writes []ServerWrite
+		for rows.Next() {
+			var w ServerWrite
+			var data, clock string
+			if err := rows.Scan(&w.Table, &w.Record, &data, &clock, &w.Deleted); err != nil {
+				rows.Close()
+				return &Error{Op: "join", Err: err}
+			}
+			w.Patch, w.Clock = json.RawMessage(data), json.RawMessage(clock)
+			writes = append(writes, w)
+			after = recordKey{w.Table, w.Record}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return &Error{Op: "join", Err: err}
+		}
+		if len(writes) == 0 {
+			break
+		}
+		// No key: merging a state twice changes nothing.
+		res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Writes: writes})
+		if err != nil {
+			return serverErr("join", err)
+		}
+		if err := s.bindServer(ctx, res.StoreID); err != nil {
+			return err
+		}
+	}
+	return s.setMetas(ctx, metaJoin, "")
+}
+
+// joinServer is JoinRemote (fresh false) or StartFresh (fresh true)
+// through a server.
+func (s *syncRun) joinServer(ctx context.Context, fresh bool) error {
+	page, err := s.e.cfg.Server.Pull(ctx, "", "")
+	if err != nil {
+		return serverErr("join", err)
+	}
+	switch {
+	case fresh && page.StoreID != "":
+		return &Error{Op: "start fresh", Err: fmt.Errorf("the server holds store %s: call JoinRemote to merge with it", page.StoreID)}
+	case !fresh && page.StoreID == "":
+		return &Error{Op: "join", Err: errors.New("the server holds no store to join: call StartFresh to make this database's data a new store there")}
+	}
+	return s.rebind(ctx, page.StoreID, true)
+}
