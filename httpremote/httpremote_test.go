@@ -12,9 +12,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/drivesync/drivesync"
 	"github.com/drivesync/drivesync/httpremote"
+	"github.com/drivesync/drivesync/internal/drivertest"
 	"github.com/drivesync/drivesync/internal/openapicheck"
 	"github.com/drivesync/drivesync/internal/pgtest"
 	"github.com/drivesync/drivesync/syncserver"
@@ -301,4 +303,26 @@ func conformance(t testing.TB) *openapicheck.Checker {
 		t.Fatal(checkerErr)
 	}
 	return checker
+}
+
+// The drivers' scenarios, each on a store of its own on one server.
+func TestScenarios(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) {
+		url, _ := startServer(t, kind)
+		drivertest.Run(t, drivertest.Driver{
+			Name: "sqlite",
+			DSN: func(path string, busyTimeout time.Duration) string {
+				return fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate", path, busyTimeout.Milliseconds())
+			},
+			Server: func(t *testing.T) drivesync.Server {
+				name := strings.Map(func(r rune) rune {
+					if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' {
+						return r
+					}
+					return '_'
+				}, t.Name())
+				return httpremote.New(url, aliceToken, httpremote.Options{Store: name})
+			},
+		})
+	})
 }

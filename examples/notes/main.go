@@ -30,6 +30,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/httpremote"
 )
 
 // schema is the app's synced table: drivesync needs id TEXT PRIMARY KEY and
@@ -42,13 +43,13 @@ const schema = `CREATE TABLE IF NOT EXISTS notes (
 	updated_at TEXT
 )`
 
-const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON]] <command> [args]
+const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON] | -server URL [-token T] [-store NAME]] <command> [args]
   add TEXT            add a note, print its id
   edit ID TEXT        change a note's text
   delete ID           soft-delete a note
   purge ID            physically delete a note
   list                list notes that are not deleted
-  sync                sync with the remote folder or Google Drive
+  sync                sync with the remote folder, Google Drive or the server
   snapshot            sync, then write a snapshot and delete old files
   join                merge with the store the remote holds (after a
                       "not the store" error: another account or folder)
@@ -62,6 +63,9 @@ notes demo            two devices syncing through a temp folder
 app's OAuth client of type Desktop app: -credentials JSON, default
 $NOTES_GOOGLE_CREDENTIALS (see the README, Google Drive). The first use
 opens your browser to sign in.
+-server syncs through a drivesync-server (see the README, Sync server),
+signing in with -token (default $NOTES_TOKEN), in its store -store
+(default notes).
 `
 
 // options are the command line's settings.
@@ -70,6 +74,9 @@ type options struct {
 	remoteDir   string    // -remote: the shared folder
 	drive       bool      // -drive: Google Drive instead of a folder
 	credentials string    // -credentials: the OAuth client JSON, for -drive
+	server      string    // -server: a sync server's URL
+	token       string    // -token: the server's token for this user
+	store       string    // -store: the store's name on the server
 	prompt      io.Writer // where sign-in talks to the user
 }
 
@@ -92,6 +99,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	flags.StringVar(&opts.remoteDir, "remote", os.Getenv("NOTES_REMOTE"), "shared folder to sync through")
 	flags.BoolVar(&opts.drive, "drive", false, "sync through Google Drive")
 	flags.StringVar(&opts.credentials, "credentials", os.Getenv("NOTES_GOOGLE_CREDENTIALS"), "OAuth client JSON, for -drive")
+	flags.StringVar(&opts.server, "server", os.Getenv("NOTES_SERVER"), "sync server URL, such as http://127.0.0.1:8080")
+	flags.StringVar(&opts.token, "token", os.Getenv("NOTES_TOKEN"), "token for -server")
+	flags.StringVar(&opts.store, "store", "notes", "store name on the server, for -server")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -103,6 +113,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	flags.Visit(func(f *flag.Flag) { remoteFlag = remoteFlag || f.Name == "remote" })
 	if opts.drive && remoteFlag {
 		return errors.New("-drive and -remote are exclusive: sync through Google Drive or through a shared folder, not both")
+	}
+	if opts.server != "" && (opts.drive || remoteFlag) {
+		return errors.New("-server syncs through a sync server: leave out -remote and -drive")
+	}
+	if opts.server != "" && opts.token == "" {
+		return errors.New("-server needs -token (or $NOTES_TOKEN): a token from the server's tokens file")
 	}
 	cmd, args := flags.Arg(0), flags.Args()[min(1, flags.NArg()):]
 	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "snapshot": 0, "join": 0, "fresh": 0, "demo": 0, "signin": 0, "signout": 0}
@@ -123,15 +139,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return signInAgain(ctx, opts)
 	case cmd == "signout":
 		return signOut(stdout)
-	case !opts.drive && opts.remoteDir == "":
-		return errors.New("no remote: pass -remote DIR or set NOTES_REMOTE to the folder your devices share, or pass -drive to sync through Google Drive")
+	case !opts.drive && opts.remoteDir == "" && opts.server == "":
+		return errors.New("no remote: pass -remote DIR or set NOTES_REMOTE to the folder your devices share, -drive to sync through Google Drive, or -server URL to sync through a sync server")
 	}
 
-	remote, err := openRemote(ctx, opts)
-	if err != nil {
-		return driveHelp(err)
+	var link func(*drivesync.Config)
+	if opts.server != "" {
+		srv := httpremote.New(opts.server, opts.token, httpremote.Options{Store: opts.store})
+		link = func(c *drivesync.Config) { c.Server = srv }
+	} else {
+		remote, err := openRemote(ctx, opts)
+		if err != nil {
+			return driveHelp(err)
+		}
+		link = func(c *drivesync.Config) { c.Remote = remote }
 	}
-	a, err := openApp(ctx, opts.dbPath, remote, "")
+	a, err := openApp(ctx, opts.dbPath, link, "")
 	if err != nil {
 		return err
 	}
@@ -235,7 +258,8 @@ func openRemote(ctx context.Context, opts options) (drivesync.Remote, error) {
 // engine on it. The engine must be opened before the app writes: Open
 // installs the triggers that capture writes. deviceID "" lets the engine
 // pick and store a random id.
-func openApp(ctx context.Context, dbPath string, remote drivesync.Remote, deviceID string) (*app, error) {
+// link sets the Config's Remote or Server.
+func openApp(ctx context.Context, dbPath string, link func(*drivesync.Config), deviceID string) (*app, error) {
 	dsn := "file:" + dbPath + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -245,11 +269,9 @@ func openApp(ctx context.Context, dbPath string, remote drivesync.Remote, device
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", dbPath, err)
 	}
-	engine, err := drivesync.Open(ctx, db, drivesync.Config{
-		Remote:   remote,
-		Tables:   []drivesync.Table{{Name: "notes"}},
-		DeviceID: deviceID,
-	})
+	cfg := drivesync.Config{Tables: []drivesync.Table{{Name: "notes"}}, DeviceID: deviceID}
+	link(&cfg)
+	engine, err := drivesync.Open(ctx, db, cfg)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -376,8 +398,11 @@ func summary(r drivesync.Report) string {
 		// one finished sending it.
 		parts = append(parts, "sent the changes of a sync that failed")
 	}
-	if len(r.Downloaded) > 0 {
+	switch {
+	case len(r.Downloaded) > 0:
 		parts = append(parts, fmt.Sprintf("received %s from %s", plural(r.ChangesReceived, "change"), plural(len(r.Downloaded), "file")))
+	case r.ChangesReceived > 0: // pulled from a sync server
+		parts = append(parts, "received "+plural(r.ChangesReceived, "change"))
 	}
 	if r.Uploaded != "" {
 		parts = append(parts, "sent "+plural(r.ChangesSent, "change"))
@@ -416,7 +441,7 @@ func demo(ctx context.Context, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		a, err := openApp(ctx, filepath.Join(dir, name+".db"), remote, name)
+		a, err := openApp(ctx, filepath.Join(dir, name+".db"), func(c *drivesync.Config) { c.Remote = remote }, name)
 		if err != nil {
 			return err
 		}

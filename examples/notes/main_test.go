@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/drivesync/drivesync/syncserver"
 )
 
 func TestDemo(t *testing.T) {
@@ -198,5 +202,38 @@ func TestEmptiedRemote(t *testing.T) {
 		if list := d.run("list"); !strings.Contains(list, "kept note") {
 			t.Errorf("%s lists %q", d.db, list)
 		}
+	}
+}
+
+// Two devices sync through a sync server, as the README's quick start
+// does.
+func TestTwoDevicesThroughServer(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	t.Setenv("NOTES_SERVER", "")
+	t.Setenv("NOTES_TOKEN", "")
+	st, err := syncserver.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "server.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const token = "alice-token-0123456789"
+	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{token: "alice"}}))
+	defer srv.Close()
+	dir := t.TempDir()
+	a := cli{t, filepath.Join(dir, "a.db"), []string{"-server", srv.URL, "-token", token}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-server", srv.URL, "-token", token}}
+	id := strings.TrimSpace(a.run("add", "through the server"))
+	if got := a.run("sync"); !strings.Contains(got, "sent 1 change") {
+		t.Errorf("a sync: %q", got)
+	}
+	if got := b.run("sync"); !strings.Contains(got, "received 1 change") {
+		t.Errorf("b sync: %q", got)
+	}
+	if list := b.run("list"); !strings.Contains(list, id) || !strings.Contains(list, "through the server") {
+		t.Errorf("b lists %q", list)
+	}
+	if _, err := (cli{t, filepath.Join(dir, "c.db"), []string{"-server", srv.URL, "-token", "wrong-token-0123456789"}}).try("sync"); err == nil || !strings.Contains(err.Error(), "refused the token") {
+		t.Errorf("a wrong token: %v", err)
 	}
 }

@@ -37,19 +37,41 @@ type Driver struct {
 	// to share, so that the scenarios run over that remote; nil means a
 	// folder.
 	Remote func(t *testing.T) drivesync.Remote
+	// Server, if set, returns a new, empty store on a sync server, and
+	// the scenarios run through it. Each call may return another
+	// client of the same store only when given the same t.
+	Server func(t *testing.T) drivesync.Server
+}
+
+// A store is what a scenario's devices sync through: a Remote or a
+// Server.
+type store struct {
+	remote drivesync.Remote
+	server func() drivesync.Server
+}
+
+func (s store) config(cfg *drivesync.Config) {
+	if s.server != nil {
+		cfg.Server = s.server()
+	} else {
+		cfg.Remote = s.remote
+	}
 }
 
 // remote returns a new store for a scenario: d's, or a folder.
-func (d *Driver) remote(t *testing.T) drivesync.Remote {
+func (d *Driver) remote(t *testing.T) store {
 	t.Helper()
+	if d.Server != nil {
+		return store{server: func() drivesync.Server { return d.Server(t) }}
+	}
 	if d.Remote != nil {
-		return d.Remote(t)
+		return store{remote: d.Remote(t)}
 	}
 	remote, err := drivesync.NewFolderRemote(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return remote
+	return store{remote: remote}
 }
 
 // moderncDSN is the README's DSN for modernc.org/sqlite.
@@ -115,7 +137,7 @@ var schema = []string{
 // newDevice opens name's database on the driver under test, or on
 // modernc.org/sqlite when d is nil, creates the tables and opens an
 // engine on it; edit may change the engine's Config first.
-func newDevice(t testing.TB, name string, d *Driver, remote drivesync.Remote, tables []string, edit ...func(*drivesync.Config)) *device {
+func newDevice(t testing.TB, name string, d *Driver, remote store, tables []string, edit ...func(*drivesync.Config)) *device {
 	t.Helper()
 	dev := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db")}
 	if d != nil {
@@ -123,7 +145,8 @@ func newDevice(t testing.TB, name string, d *Driver, remote drivesync.Remote, ta
 	} else {
 		dev.db = openDB(t, "sqlite", moderncDSN(dev.path))
 	}
-	cfg := drivesync.Config{Remote: remote, DeviceID: name, TempDir: t.TempDir()}
+	cfg := drivesync.Config{DeviceID: name, TempDir: t.TempDir()}
+	remote.config(&cfg)
 	for _, stmt := range tables {
 		dev.exec(stmt)
 		table := strings.Fields(stmt)[2] // CREATE TABLE <name> ...
