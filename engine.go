@@ -241,6 +241,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 			return err
 		}
 		e.deviceID = id
+		if cfg.Server != nil && merge.ServerDevice(id) {
+			return fmt.Errorf("device id %q: ids \"server\" and \"server-…\" are the sync server's own stamps; set Config.DeviceID to another", id)
+		}
 		synced, err := syncedTables(ctx, conn)
 		if err != nil {
 			return err

@@ -425,7 +425,7 @@ func (l Limits) key() string {
 		patchFormat, stateFormat, l.MaxFileSize, l.MaxExpandedSize, l.MaxRecordSize, l.MaxSnapshotSize, l.MaxHeldFiles)
 }
 
-var errTooLarge = errors.New("too large")
+var errTooLarge = merge.ErrTooLarge
 
 // limitedReader fails once more than n bytes have been read, instead of
 // pretending the input ended as io.LimitReader does.

@@ -126,6 +126,55 @@ type HarnessStore interface {
 	ClearFaults()
 }
 
+// HarnessServerStore is a HarnessStore on a sync server: its devices
+// sync through a Server, not a Remote (Open is not called).
+type HarnessServerStore interface {
+	HarnessStore
+	// OpenServer returns a new device's Server on the store.
+	OpenServer() (Server, error)
+	// SmallLimits moves the store to a server whose limits on a write
+	// and a push are small, before any device opens it: the schedule
+	// writes for a store with small limits.
+	SmallLimits()
+}
+
+// harnessServer is a device's Server in a schedule over a sync server: it
+// fails pushes before and after the server applies them, crashes the
+// device right after a push the server applied, and runs another
+// device's sync in the middle of a pull.
+type harnessServer struct {
+	r    *harnessRemote // the device's crash point, counters and world
+	base Server
+}
+
+func (s *harnessServer) Push(ctx context.Context, b *PushBatch) (*PushResult, error) {
+	if s.r.w.roll("push fails before the server", 0.05) {
+		return nil, errFault
+	}
+	res, err := s.base.Push(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	s.r.patches.Add(1)
+	if s.r.w.roll("crash after a push the server applied", 0.03) {
+		panic(errCrash{"pushed"})
+	}
+	if s.r.w.roll("push applied, the device hears a failure", 0.05) {
+		return nil, errFault
+	}
+	return res, nil
+}
+
+func (s *harnessServer) Pull(ctx context.Context, store, cursor string) (*PullPage, error) {
+	if s.r.w.roll("pull fails", 0.03) {
+		return nil, errFault
+	}
+	if cursor != "" && s.r.w.roll("another device syncs during a pull", 0.1) {
+		s.r.w.interleave(s.r.device)
+	}
+	return s.base.Pull(ctx, store, cursor)
+}
+
 // RunSchedulesOver runs n schedules (0: 100, or none under -race) over
 // an external backend.
 func RunSchedulesOver(t *testing.T, n int, b *HarnessBackend) {
@@ -215,6 +264,7 @@ type world struct {
 	mem    *MemoryRemote
 	drive  *drivefake.Server // set when the devices use Drive
 	ext    HarnessStore      // set when the devices use an external backend
+	server bool              // ext is a HarnessServerStore: the devices sync through a Server
 	rng    *rand.Rand
 	mu     sync.Mutex
 	faults bool
@@ -1263,6 +1313,11 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		if w.ext, err = b.ext.NewStore(); err != nil {
 			rt.Fatal(err)
 		}
+		var ss HarnessServerStore
+		if ss, w.server = w.ext.(HarnessServerStore); w.server && smallLimits {
+			ss.SmallLimits()
+			count("schedules on a server with small limits")
+		}
 	default:
 		w.folder = rapid.Bool().Draw(rt, "folder")
 	}
@@ -1292,7 +1347,18 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 			}
 		}
 		var base Remote = w.mem
-		if b.ext != nil {
+		var srv Server
+		if w.server {
+			var err error
+			for range 10 {
+				if srv, err = w.ext.(HarnessServerStore).OpenServer(); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				rt.Fatal(err)
+			}
+		} else if b.ext != nil {
 			// A device that joins mid-schedule may meet faults queued
 			// for the others: it tries again, as an app would.
 			var err error
@@ -1324,6 +1390,9 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		d := &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
 		d.remote = &harnessRemote{w: w, base: base, device: name, skew: skew}
 		d.cfg = Config{Remote: d.remote, Tables: harnessTables(false), DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
+		if srv != nil {
+			d.cfg.Remote, d.cfg.Server = nil, &harnessServer{r: d.remote, base: srv}
+		}
 		// A third of the schedules put their first device on a second
 		// SQLite driver.
 		if haveCgo && len(devs) == 0 && rapid.IntRange(0, 2).Draw(rt, "mattn") == 0 {
@@ -1390,6 +1459,24 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
 		case 4, 5:
+			if !w.ordinary && !d.detached && rapid.IntRange(0, 7).Draw(rt, "badID") == 0 {
+				// A row whose id no reader takes is not sent, and the
+				// sync's other changes go out without it; the app then
+				// deletes the row.
+				bad := []string{"", strings.Repeat("x", merge.MaxRecordIDLen+1)}[rapid.IntRange(0, 1).Draw(rt, "badIDKind")]
+				ins := `INSERT OR IGNORE INTO notes (id, content) VALUES (?, jsonb('{}'))`
+				if w.strict {
+					ins = `INSERT OR IGNORE INTO notes (id, content, a, b) VALUES (?, jsonb('{"a":"a","b":"b"}'), 'a', 'b')`
+				}
+				if _, err := d.db.Exec(ins, bad); err == nil {
+					count("write: a row with an id no reader takes")
+					d.sync(rt, "", "", nil)
+					if _, err := d.db.Exec(`DELETE FROM notes WHERE id = ?`, bad); err != nil {
+						rt.Fatal(err)
+					}
+					break
+				}
+			}
 			d.sync(rt, "", "", nil)
 		case 6, 7:
 			p := rapid.SampledFrom(harnessPoints).Draw(rt, "crash")
@@ -1433,6 +1520,16 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 			}
 			d.sync(rt, "", p, func() { m.writeOp(rt, d, label+"w", id, -1) })
 		case 9:
+			if w.server {
+				// The device forgets where its pulls stand: the server's
+				// records come again, and merging them again changes
+				// nothing.
+				if _, err := d.db.Exec(`UPDATE sync_meta SET value = '' WHERE key = 'server_cursor'`); err != nil {
+					rt.Fatal(err)
+				}
+				count("fault server cursor forgotten")
+				break
+			}
 			// A file delivered again after it was applied: the device
 			// forgets having applied one, or checked a snapshot (chosen
 			// by the schedule's generator, so that a replay forgets the
@@ -1468,13 +1565,17 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 			joined++
 			joinDevice(rt, m, addDevice(), label)
 		case 15:
-			if offlineDone {
+			if offlineDone || w.server { // a server keeps every record: nothing is compacted
 				d.sync(rt, "", "", nil)
 				break
 			}
 			offlineDone = true
 			offlineAcrossCompactions(rt, w, m, devs, d, label)
 		case 16:
+			if w.server { // no files: a server stamps its own
+				d.sync(rt, "", "", nil)
+				break
+			}
 			hostileFile(rt, w, devs, label)
 		case 17:
 			if !m.batches {
@@ -1527,7 +1628,9 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 	if fixRefused(rt, m, devs) {
 		quiesce(rt, w, devs, false)
 	}
-	checkLedgers(rt, w, devs)
+	if !w.server {
+		checkLedgers(rt, w, devs)
+	}
 	quiesce(rt, w, devs, false)
 	// One more device joins now: it starts from the newest snapshot and
 	// the files after it, and must hold exactly what the others hold.
@@ -1738,7 +1841,7 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 			if err != nil {
 				rt.Fatalf("%s: sync without faults: %v", d.name, err)
 			}
-			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 {
+			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 || r.ChangesReceived > 0 {
 				moved = true
 			}
 			for _, u := range r.Unwritten {

@@ -85,6 +85,15 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				rows.Close()
 				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 			}
+			if (r.id == "" || len(r.id) > merge.MaxRecordIDLen) && (r.rowExists || r.synced.Valid) {
+				// Every reader refuses such a change, and with it
+				// the file or batch that holds it: it is not sent.
+				// (Once the app deletes the row, nothing is left to
+				// send: the plan settles the record.)
+				s.skipRecord(t.name, r.id, fmt.Errorf("the record id has %d bytes; an id has 1-%d", len(r.id), merge.MaxRecordIDLen))
+				p.skipped[recordKey{t.name, r.id}] = r.shown()
+				continue
+			}
 			c, skip := s.planRecord(t, r, resets[recordKey{t.name, r.id}])
 			if skip {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()

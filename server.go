@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // A Server is a sync server that keeps a store's records itself and
@@ -81,6 +83,10 @@ type PullPage struct {
 	// after this page exist now.
 	Cursor string
 	More   bool
+	// MaxRecordSize and MaxBodySize are the server's limits on one
+	// write's patch and on a push's body (0: unknown). The engine plans
+	// its pushes within them.
+	MaxRecordSize, MaxBodySize int64
 }
 
 // ServerRecord is the merged state of one record.
@@ -90,10 +96,21 @@ type ServerRecord struct {
 	Deleted       bool
 }
 
-// serverLimits are the limits of a store on a server: the defaults, with
-// pushes kept well under a server's default body limit.
-func serverLimits() Limits {
-	return Limits{MaxFileSize: 16 << 20, MaxExpandedSize: 16 << 20}.withDefaults()
+// serverLimits are the limits of a store on a server whose limits on a
+// write and on a push are maxRecord and maxBody (0: not known, the
+// defaults): a change goes in writes within maxRecord, and a push holds at
+// most 16 MiB of changes, or a quarter of maxBody (its JSON takes more
+// than the patch file it comes from).
+func serverLimits(maxRecord, maxBody int64) Limits {
+	l := Limits{MaxFileSize: 16 << 20, MaxExpandedSize: 16 << 20}
+	if maxRecord > 0 {
+		l.MaxRecordSize = min(maxRecord, DefaultMaxRecordSize)
+	}
+	if maxBody > 0 {
+		l.MaxExpandedSize = min(l.MaxExpandedSize, max(maxBody/4, 2*l.MaxRecordSize))
+		l.MaxFileSize = l.MaxExpandedSize
+	}
+	return l.withDefaults()
 }
 
 // syncServer is Sync through a Server: push the outbox left by a sync that
@@ -105,7 +122,7 @@ func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
 	if s.store, err = getMeta(ctx, s.conn, metaStore); err != nil {
 		return nil, nil, &Error{Op: "sync", Err: err}
 	}
-	s.limits = serverLimits()
+	s.limits = serverLimits(0, 0)
 	if err := s.recoverPushes(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -178,6 +195,7 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 		if err := s.bindServer(ctx, page.StoreID); err != nil {
 			return nil, err
 		}
+		s.limits = serverLimits(page.MaxRecordSize, page.MaxBodySize)
 		for _, r := range page.Records {
 			c, err := validateStateEntry(stateEntry{Table: r.Table, Record: r.Record, State: r.Data, Clock: r.Clock, Deleted: r.Deleted}, s.limits.MaxRecordSize, devices)
 			if err != nil {
@@ -295,22 +313,38 @@ func (s *syncRun) recoverPushes(ctx context.Context) error {
 
 // pushJoin sends, after JoinRemote or StartFresh, the state of every
 // record this database holds, so that the server's store gets what it
-// lacks; the merge keeps whatever is newer on either side.
+// lacks; the merge keeps whatever is newer on either side. A record over
+// the record limit goes in parts (see merge.StateParts), and the states go
+// in pushes of at most joinBatchBytes.
 func (s *syncRun) pushJoin(ctx context.Context) error {
 	e := s.e
 	join, err := getMeta(ctx, s.conn, metaJoin)
 	if err != nil || join == "" {
 		return err
 	}
-	const batch = 1000
+	var writes []ServerWrite
+	size := 0
+	push := func() error {
+		if len(writes) == 0 {
+			return nil
+		}
+		// No key: merging a state twice changes nothing.
+		res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Writes: writes})
+		if err != nil {
+			return serverErr("join", err)
+		}
+		writes, size = nil, 0
+		return s.bindServer(ctx, res.StoreID)
+	}
+	max := s.limits.MaxRecordSize
 	after := recordKey{}
 	for {
 		rows, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id, record_data, clock, is_deleted FROM sync_states
-WHERE (table_name, record_id) > (?1, ?2) ORDER BY table_name, record_id LIMIT ?3`, after.table, after.record, batch)
+WHERE (table_name, record_id) > (?1, ?2) ORDER BY table_name, record_id LIMIT 1000`, after.table, after.record)
 		if err != nil {
 			return &Error{Op: "join", Err: err}
 		}
-		var writes []ServerWrite
+		var states []ServerWrite
 		for rows.Next() {
 			var w ServerWrite
 			var data, clock string
@@ -319,26 +353,62 @@ WHERE (table_name, record_id) > (?1, ?2) ORDER BY table_name, record_id LIMIT ?3
 				return &Error{Op: "join", Err: err}
 			}
 			w.Patch, w.Clock = json.RawMessage(data), json.RawMessage(clock)
-			writes = append(writes, w)
+			states = append(states, w)
 			after = recordKey{w.Table, w.Record}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return &Error{Op: "join", Err: err}
 		}
-		if len(writes) == 0 {
+		if len(states) == 0 {
 			break
 		}
-		// No key: merging a state twice changes nothing.
-		res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Writes: writes})
-		if err != nil {
-			return serverErr("join", err)
-		}
-		if err := s.bindServer(ctx, res.StoreID); err != nil {
-			return err
+		for _, w := range states {
+			parts := []ServerWrite{w}
+			if int64(len(w.Patch)) > max || int64(len(w.Clock)) > 2*max {
+				if parts, err = stateWrites(w, max); err != nil {
+					return &Error{Op: "join", Table: w.Table, Record: w.Record, Err: err}
+				}
+			}
+			for _, p := range parts {
+				if int64(size+len(p.Patch)+len(p.Clock)) > min(joinBatchBytes, s.limits.MaxExpandedSize) {
+					if err := push(); err != nil {
+						return err
+					}
+				}
+				writes = append(writes, p)
+				size += len(p.Patch) + len(p.Clock)
+			}
 		}
 	}
+	if err := push(); err != nil {
+		return err
+	}
 	return s.setMetas(ctx, metaJoin, "")
+}
+
+// joinBatchBytes bounds the states of one push of a join, below a
+// server's default body limit; a server with a smaller one gets smaller
+// pushes (see serverLimits).
+const joinBatchBytes = 8 << 20
+
+// stateWrites splits the state w carries into parts within max, as a
+// snapshot holds a record over the limit; a value no part can hold is
+// left out, as a snapshot leaves it (the store cannot hold it).
+func stateWrites(w ServerWrite, max int64) ([]ServerWrite, error) {
+	parts, err := merge.StateParts(w.Patch, w.Clock, w.Deleted, max, false)
+	if errors.Is(err, errTooLarge) {
+		parts, err = merge.StateParts(w.Patch, w.Clock, w.Deleted, max, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ServerWrite, len(parts))
+	for i, p := range parts {
+		data, clock := merge.EncodeState(p)
+		out[i] = ServerWrite{Table: w.Table, Record: w.Record, Patch: json.RawMessage(data), Clock: json.RawMessage(clock), Deleted: w.Deleted}
+	}
+	return out, nil
 }
 
 // joinServer is JoinRemote (fresh false) or StartFresh (fresh true)

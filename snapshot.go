@@ -10,6 +10,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // The maintenance phase: writing snapshots and compacting the remote on
@@ -293,20 +295,19 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 // pruneUnfit stores what the merge file holds of the records it could
 // not carry whole, not even in parts: the joined store's record limit is
 // below some of their values (this database's old store allowed more),
-// and pruneNode made each a removal. The store never holds those values,
+// and merge.PruneRecord made each a removal. The store never holds those values,
 // so this database must not either, or its snapshots could never be
 // written. The app rows keep them, pending: each sync reports the record
 // in Report.Skipped until the app makes it fit, and then they go out as
 // new edits.
 func (s *syncRun) pruneUnfit(ctx context.Context, unfit []recordKey) error {
-	fits := recordFits(s.limits.MaxRecordSize)
 	err := s.inTx(ctx, func() error {
 		for _, k := range unfit {
 			st, err := s.loadState(ctx, k.table, k.record)
 			if err != nil {
 				return err
 			}
-			pruneNode(st.node, asRecord, fits)
+			merge.PruneRecord(st.node, s.limits.MaxRecordSize)
 			if err := s.storeState(ctx, st, fileChange{table: k.table, record: k.record}); err != nil {
 				return err
 			}

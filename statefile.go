@@ -117,10 +117,10 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 			}
 			continue
 		}
-		parts, err := stateParts(data, clock, deleted, maxRecord, false)
+		parts, err := merge.StateParts(data, clock, deleted, maxRecord, false)
 		if errors.Is(err, errTooLarge) && unfit != nil {
 			unfit(recordKey{string(table), string(record)})
-			parts, err = stateParts(data, clock, deleted, maxRecord, true)
+			parts, err = merge.StateParts(data, clock, deleted, maxRecord, true)
 		}
 		if err != nil {
 			return records, fmt.Errorf("record %s/%s: %w", table, record, err)
@@ -142,103 +142,6 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 		return records, err
 	}
 	return records, gz.Close()
-}
-
-// stateParts splits a record's state that is over the record limit (a
-// record merged from writes of several devices may grow past it, each
-// write within it) into parts that are not: each is the record's root,
-// with its stamps and its delete, and some of its members, a member too
-// large for one part split the same way below it. A reader merges the
-// parts as it merges any state (see node.merge): the writes behind them
-// are, together, exactly the writes behind the whole, so the merge gives
-// the whole state. prune first drops the values no part can hold (see
-// pruneNode).
-func stateParts(data, clock []byte, deleted bool, maxRecord int64, prune bool) ([]*merge.Node, error) {
-	content, err := jsonv.ParseObject(data, jsonv.Options{})
-	if err != nil {
-		return nil, err
-	}
-	n, err := merge.DecodeState(content, clock, deleted)
-	if err != nil {
-		return nil, err
-	}
-	fits := recordFits(maxRecord)
-	if prune {
-		pruneNode(n, asRecord, fits)
-	}
-	return splitState(n, asRecord, fits)
-}
-
-// recordFits reports whether a record's state (or a part of it) is within
-// the record limit.
-func recordFits(maxRecord int64) func(*merge.Node) bool {
-	return func(p *merge.Node) bool {
-		d, c := merge.EncodeState(p)
-		return int64(len(d)) <= maxRecord && int64(len(c)) <= 2*maxRecord
-	}
-}
-
-// asRecord wraps a record's root: itself.
-func asRecord(n *merge.Node) *merge.Node { return n }
-
-// under returns the wrap of kid key of n, n being wrapped by wrap: n with
-// that kid alone, wrapped.
-func under(n *merge.Node, key string, wrap func(*merge.Node) *merge.Node) func(*merge.Node) *merge.Node {
-	return func(sub *merge.Node) *merge.Node {
-		c := *n
-		c.Kids = []merge.Kid{{Key: key, Node: sub}}
-		return wrap(&c)
-	}
-}
-
-// pruneNode turns every value under n (wrapped by wrap in its record's
-// root and the path down to it) that does not fit alone, where splitState
-// fails, into a removal of the same stamp, so that it still ends the
-// older writes of its path, as the write did. It reports whether n must
-// go whole: its key alone is too long (no write of it fits either).
-// Stamps of records, deletes and floors stay.
-func pruneNode(n *merge.Node, wrap func(*merge.Node) *merge.Node, fits func(*merge.Node) bool) bool {
-	if fits(wrap(n)) {
-		return false
-	}
-	if n.Kind == merge.ObjectNode && len(n.Kids) > 0 {
-		parent := *n // the kids' wraps take n's stamps, not its kids
-		out := n.Kids[:0]
-		for _, k := range n.Kids {
-			if !pruneNode(k.Node, under(&parent, k.Key, wrap), fits) {
-				out = append(out, k)
-			}
-		}
-		clear(n.Kids[len(out):])
-		n.Kids = out
-	} else if n.Kind != merge.AbsentNode {
-		*n = merge.Node{Kind: merge.AbsentNode, Stamp: n.Stamp, Gone: n.Gone}
-	}
-	return !fits(wrap(n))
-}
-
-// splitState returns parts of n, each wrapped (by wrap) in the record's
-// root and the path down to n, that fit: n whole, or its members split in
-// halves, down to a single member, split below its own key.
-func splitState(n *merge.Node, wrap func(*merge.Node) *merge.Node, fits func(*merge.Node) bool) ([]*merge.Node, error) {
-	if whole := wrap(n); fits(whole) {
-		return []*merge.Node{whole}, nil
-	}
-	if n.Kind != merge.ObjectNode || len(n.Kids) == 0 {
-		return nil, fmt.Errorf("%w: a single value is over the store's record limit", errTooLarge)
-	}
-	if len(n.Kids) == 1 {
-		return splitState(n.Kids[0].Node, under(n, n.Kids[0].Key, wrap), fits)
-	}
-	half := len(n.Kids) / 2
-	a, b := *n, *n
-	a.Kids, b.Kids = n.Kids[:half:half], n.Kids[half:]
-	pa, err := splitState(&a, wrap, fits)
-	if err != nil {
-		return nil, err
-	}
-	pb, err := splitState(&b, wrap, fits)
-	return append(pa, pb...), err
 }
 
 // maxHeldName bounds a file name in a snapshot header: the longest name

@@ -14,6 +14,8 @@ package httpremote
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,7 +124,15 @@ func (c *Client) Push(ctx context.Context, b *drivesync.PushBatch) (*drivesync.P
 		OK    bool   `json:"ok"`
 		Store string `json:"store"`
 	}
-	err := c.call(ctx, "POST", "/sync/push", q, body, b.Key, &res)
+	// The key the server sees is the batch's key and its body hashed: a
+	// key names one body, so no push of the engine is ever refused as a
+	// key reused, even from two databases that share a device id.
+	key := ""
+	if b.Key != "" {
+		sum := sha256.Sum256(append([]byte(b.Key+"\x00"), body...))
+		key = "drivesync-" + hex.EncodeToString(sum[:20])
+	}
+	err := c.call(ctx, "POST", "/sync/push", q, body, key, &res)
 	if err != nil {
 		return nil, err
 	}
@@ -237,11 +247,15 @@ func (c *Client) Pull(ctx context.Context, storeID, cursor string) (*drivesync.P
 		NextCursor *string `json:"nextCursor"`
 		ServerTime string  `json:"server_time"`
 		Store      *string `json:"store"`
+		Limits     struct {
+			MaxRecordBytes int64 `json:"max_record_bytes"`
+			MaxBodyBytes   int64 `json:"max_body_bytes"`
+		} `json:"limits"`
 	}
 	if err := c.call(ctx, "GET", "/sync/pull", q, nil, "", &res); err != nil {
 		return nil, err
 	}
-	p := &drivesync.PullPage{Cursor: res.ServerTime}
+	p := &drivesync.PullPage{Cursor: res.ServerTime, MaxRecordSize: res.Limits.MaxRecordBytes, MaxBodySize: res.Limits.MaxBodyBytes}
 	if res.Store != nil {
 		p.StoreID = *res.Store
 	}
@@ -347,13 +361,11 @@ func classifyStatus(res *http.Response, b []byte) error {
 }
 
 // retryable says which failures may pass: the network, the server's
-// 5xx and 429, and a concurrent push with the same key (409).
+// 5xx and 429.
 func retryable(err error) pacer.Retry {
 	var se *statusError
 	if errors.As(err, &se) {
-		again := se.status >= 500 || se.status == http.StatusTooManyRequests ||
-			(se.status == http.StatusConflict && se.p.Type == "urn:drivesync:problem:idempotency-key-in-use")
-		return pacer.Retry{Again: again, After: se.after}
+		return pacer.Retry{Again: se.status >= 500 || se.status == http.StatusTooManyRequests, After: se.after}
 	}
 	return pacer.Retry{Again: true} // the network: the request may not have arrived
 }

@@ -33,13 +33,17 @@ func startServer(t testing.TB, kind string) (string, *syncserver.Store) {
 	return serve(t, pgtest.Spec(t, kind))
 }
 
-func serve(t testing.TB, spec string) (string, *syncserver.Store) {
+func serve(t testing.TB, spec string, edit ...func(*syncserver.Options)) (string, *syncserver.Store) {
 	st, err := syncserver.Open(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{aliceToken: "alice", bobToken: "bob"}})
+	opts := syncserver.Options{Tokens: map[string]string{aliceToken: "alice", bobToken: "bob"}}
+	for _, e := range edit {
+		e(&opts)
+	}
+	h := syncserver.NewHandler(st, opts)
 	ts := httptest.NewServer(conformance(t).Handler(t, h))
 	t.Cleanup(ts.Close)
 	return ts.URL, st
@@ -325,4 +329,100 @@ func TestScenarios(t *testing.T) {
 			},
 		})
 	})
+}
+
+// A batch pushed without committing, whose store is then deleted on the
+// server and created again: the device stops with ErrRemoteChanged, and
+// after StartFresh the batch reaches the new store. (With idempotency keys
+// scoped to the user, the push again with the batch's key met the old
+// store's stored response, naming the old store: the device bound to it
+// again and could never sync, and the batch never reached the new store.)
+func TestStoreRecreatedWithBatchInOutbox(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.db")
+	url, _ := serve(t, "sqlite:"+path)
+	var cancel context.CancelFunc
+	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{}), func(c *drivesync.Config) {
+		c.Progress = func(p drivesync.Progress) {
+			if p.Step == "upload" && p.Done == 1 && cancel != nil {
+				cancel()
+			}
+		}
+	})
+	a.exec(`INSERT INTO notes VALUES ('n1', '{"t":1}')`)
+	var ctx context.Context
+	ctx, cancel = context.WithCancel(context.Background())
+	if r, err := a.eng.Sync(ctx); err == nil || r.Uploaded == "" {
+		t.Fatalf("sync cancelled after its push: %+v, %v", r, err)
+	}
+	cancel = nil
+
+	// The store is deleted on the server, and its name holds a new store.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DELETE FROM sync_server_records; DELETE FROM sync_server_stores`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrRemoteChanged) {
+		t.Fatalf("sync after the store was deleted: %v, want ErrRemoteChanged", err)
+	}
+	if _, err := a.eng.StartFresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := openDevice(t, "dev-b", httpremote.New(url, aliceToken, httpremote.Options{}))
+	b.sync()
+	a.sync()
+	converged(t, a, b)
+	if got := b.dump(); !strings.Contains(got, "n1") {
+		t.Errorf("b after a started fresh: %q, want n1", got)
+	}
+}
+
+// PostgreSQL goes away while devices sync (every connection cut, new ones
+// refused, as during a restart): their syncs fail with ErrRemote and lose
+// nothing, and once it is back the next sync completes.
+func TestPostgresRestart(t *testing.T) {
+	dbURL, dbName := pgtest.Database(t)
+	admin, err := sql.Open("pgx", pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	url, _ := serve(t, dbURL)
+	quick := httpremote.Options{MinSleep: time.Millisecond, MaxSleep: 5 * time.Millisecond, MaxAttempts: 3}
+	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, quick))
+	b := openDevice(t, "dev-b", httpremote.New(url, aliceToken, quick))
+	a.exec(`INSERT INTO notes VALUES ('n1', '{"t":1}')`)
+	a.sync()
+	b.sync()
+
+	down := func() {
+		t.Helper()
+		if _, err := admin.Exec(`ALTER DATABASE ` + dbName + ` WITH ALLOW_CONNECTIONS false`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName); err != nil {
+			t.Fatal(err)
+		}
+	}
+	down()
+	a.exec(`INSERT INTO notes VALUES ('n2', '{"t":2}')`)
+	b.exec(`UPDATE notes SET content = '{"t":"b"}' WHERE id = 'n1'`)
+	for _, d := range []*device{a, b} {
+		if _, err := d.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrRemote) {
+			t.Fatalf("sync while PostgreSQL is down: %v, want ErrRemote", err)
+		}
+	}
+	if _, err := admin.Exec(`ALTER DATABASE ` + dbName + ` WITH ALLOW_CONNECTIONS true`); err != nil {
+		t.Fatal(err)
+	}
+	a.sync()
+	b.sync()
+	a.sync()
+	converged(t, a, b)
+	if got := a.dump(); !strings.Contains(got, "n2") || !strings.Contains(got, `"t":"b"`) {
+		t.Errorf("after PostgreSQL came back: %s", got)
+	}
 }

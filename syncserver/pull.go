@@ -2,10 +2,13 @@ package syncserver
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // A pull returns the records of a store written after a time, oldest
@@ -13,7 +16,8 @@ import (
 //
 //	GET /sync/pull?store=NAME&since=<time>&limit=<n>&view=rows
 //	{"changes": {"<table>": [<row>, ...]}, "nextCursor": "<time>" or null,
-//	 "server_time": "<time>", "store": "<store id>"}
+//	 "server_time": "<time>", "store": "<store id>",
+//	 "limits": {"max_record_bytes": n, "max_body_bytes": n}}
 //
 // Without since, it returns every record: the initial snapshot. While
 // nextCursor is not null, more records follow: pull again with since set
@@ -93,7 +97,7 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request, user string) {
 			if j > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendRow(b, rec, view == "drivesync"); err != nil {
+			if b, err = appendRow(b, rec, view == "drivesync", h.partBytes()); err != nil {
 				info(r).err = err
 				problem(w, r, http.StatusInternalServerError, "corrupt-record", "Stored record unreadable", "a stored record of this store cannot be read: "+err.Error())
 				return
@@ -122,7 +126,7 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request, user string) {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, "}\n"...)
+	b = fmt.Appendf(b, `,"limits":{"max_record_bytes":%d,"max_body_bytes":%d}}`+"\n", h.opts.MaxRecordBytes, h.opts.MaxBodyBytes)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
@@ -131,7 +135,32 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request, user string) {
 // record's fields of the same names cannot override.
 var rowKeys = map[string]bool{"id": true, "updated_at": true, "deleted_at": true, "drivesync": true}
 
-func appendRow(b []byte, rec record, state bool) ([]byte, error) {
+// appendRow appends rec as a row, or as several rows of the same id when
+// its state is over partBytes: a record merged from many writes may grow
+// past what one write may hold, and a device takes states up to that
+// size. Each part is the record's root with some of its members; merged,
+// the parts give the whole state.
+func appendRow(b []byte, rec record, state bool, partBytes int64) ([]byte, error) {
+	if state && (int64(len(rec.data)) > partBytes || int64(len(rec.clock)) > 2*partBytes) {
+		parts, err := merge.StateParts([]byte(rec.data), []byte(rec.clock), rec.deleted, partBytes, false)
+		if err != nil {
+			// One value over partBytes (a server whose MaxRecordBytes
+			// is over the default took it): sent whole, a device
+			// reports it refused.
+			parts = nil
+		}
+		for i, p := range parts {
+			part := rec
+			part.data, part.clock = merge.EncodeState(p)
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b, _ = appendRow(b, part, true, math.MaxInt64)
+		}
+		if len(parts) > 0 {
+			return b, nil
+		}
+	}
 	b = append(b, `{"id":`...)
 	b = jsonv.AppendString(b, rec.id)
 	if state {

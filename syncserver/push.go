@@ -20,9 +20,12 @@ import (
 	"github.com/google/uuid"
 )
 
-// ServerDevice is the device a plain client's writes are stamped with: the
-// server stamps them itself, each after every write the store holds.
-const ServerDevice = "server"
+// serverDevice is the device a plain client's writes to a store are
+// stamped with: the server stamps them itself, each after every write the
+// store holds. It names the store, so that writes of two stores never
+// share a stamp, even when a device brings the writes of a store since
+// deleted into the one that replaced it.
+func serverDevice(store string) string { return "server-" + store }
 
 var (
 	storeNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -79,7 +82,6 @@ func (h *Handler) push(w http.ResponseWriter, r *http.Request, user string) {
 			return h.otherStore(r.Context(), user, name, storeID, tx.store.id)
 		}
 		hash := sha256.New()
-		fmt.Fprintf(hash, "%s\n", name)
 		src := io.TeeReader(body, hash)
 		if key != "" {
 			stored, resp, found, err := tx.key(key, now-h.opts.KeyLifetime.Microseconds())
@@ -92,7 +94,7 @@ func (h *Handler) push(w http.ResponseWriter, r *http.Request, user string) {
 				}
 				if hex.EncodeToString(hash.Sum(nil)) != stored {
 					return &problemError{problemBody{Type: problemType("idempotency-key-reused"), Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
-						Detail: "this Idempotency-Key was sent before with another body or store; use a new key for a new push",
+						Detail: "this Idempotency-Key was sent to this store before with another body; use a new key for a new push",
 						Errors: []fieldError{{Field: "Idempotency-Key", Detail: "already used for another request"}}}}
 				}
 				response = resp
@@ -123,11 +125,6 @@ func (h *Handler) push(w http.ResponseWriter, r *http.Request, user string) {
 	switch {
 	case errors.Is(err, errReplay):
 		w.Header().Set("Idempotent-Replayed", "true")
-	case errors.Is(err, errKeyRace):
-		info(r).err = err
-		problem(w, r, http.StatusConflict, "idempotency-key-in-use", "Idempotency key in use",
-			"another push with this Idempotency-Key is being applied; send this one again to get its response")
-		return
 	case err != nil:
 		var pe *problemError
 		if errors.As(err, &pe) {
@@ -301,7 +298,10 @@ func (a *pushApplier) element(field string) (jsonv.Value, error) {
 	if err := a.dec.Decode(&raw); err != nil {
 		return jsonv.Value{}, a.syntax(field, err)
 	}
-	if int64(len(raw)) > a.h.opts.MaxRecordBytes+64<<10 {
+	// A write's patch, or a state's data, is bounded below; this bounds
+	// what is parsed to find out (a state's clock may take twice its
+	// data).
+	if int64(len(raw)) > 3*a.h.opts.MaxRecordBytes+64<<10 {
 		return jsonv.Value{}, badField(field, fmt.Sprintf("%d bytes, over the server's limit of %d for one write", len(raw), a.h.opts.MaxRecordBytes))
 	}
 	v, err := jsonv.Parse(raw, jsonv.Options{KeepNulls: true})
@@ -592,6 +592,9 @@ func (a *pushApplier) stamp(field string, v jsonv.Value) (merge.Stamp, error) {
 	if err := merge.CheckDeviceID(d); err != nil {
 		return s, badField(field+".device", err.Error())
 	}
+	if merge.ServerDevice(d) && !strings.HasSuffix(field, ".reset") {
+		return s, badField(field+".device", `"server" and "server-…" are the server's own stamps: a device may not write with them`)
+	}
 	return merge.Stamp{Version: n, Device: d}, nil
 }
 
@@ -599,7 +602,7 @@ func (a *pushApplier) stamp(field string, v jsonv.Value) (merge.Stamp, error) {
 // holds.
 func (a *pushApplier) serverStamp() merge.Stamp {
 	a.maxVersion++
-	return merge.Stamp{Version: a.maxVersion, Device: ServerDevice}
+	return merge.Stamp{Version: a.maxVersion, Device: serverDevice(a.tx.store.id)}
 }
 
 // write applies fn to the record's state and, if that changed it, stores

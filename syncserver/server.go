@@ -113,6 +113,10 @@ func NewHandler(st *Store, opts Options) *Handler {
 	return h
 }
 
+// partBytes bounds the state of a record in a pull's drivesync view: what
+// a device takes of one record at a time (see appendRow).
+func (h *Handler) partBytes() int64 { return min(h.opts.MaxRecordBytes, DefaultMaxRecordBytes) }
+
 // ServeHTTP serves one request, with its trace context and a log line.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()

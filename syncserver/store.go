@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // the "sqlite" database/sql driver
 )
@@ -140,12 +139,12 @@ CREATE TABLE IF NOT EXISTS sync_server_records (
 );
 CREATE INDEX IF NOT EXISTS sync_server_records_cursor ON sync_server_records (store_id, updated_us);
 CREATE TABLE IF NOT EXISTS sync_server_keys (
-	owner      TEXT NOT NULL,
+	store_id   TEXT NOT NULL,
 	key        TEXT NOT NULL,
 	hash       TEXT NOT NULL,
 	response   TEXT NOT NULL,
 	created_us BIGINT NOT NULL,
-	PRIMARY KEY (owner, key)
+	PRIMARY KEY (store_id, key)
 );
 CREATE INDEX IF NOT EXISTS sync_server_keys_created ON sync_server_keys (created_us);
 `
@@ -212,10 +211,6 @@ type pushTx struct {
 	get   *sql.Stmt
 }
 
-// errKeyRace says that another push with the same idempotency key
-// committed first: the push is run again and finds its response.
-var errKeyRace = errors.New("idempotency key taken by a concurrent push")
-
 // push runs fn in a transaction that holds the write lock of owner's store
 // name, creating the store if it does not exist. fn's error rolls
 // everything back.
@@ -250,19 +245,15 @@ func (s *Store) push(ctx context.Context, owner, name string, now int64, fn func
 	if err := fn(p); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		if s.unique(err) {
-			return errKeyRace
-		}
-		return err
-	}
-	return nil
+	return tx.Commit()
 }
 
 // key returns the hash and response stored for an idempotency key of the
-// push's owner created at or after notBefore.
+// push's store created at or after notBefore. Keys belong to a store: a
+// store deleted and created again starts with none, and pushes with one
+// key, holding the store's lock, never race.
 func (p *pushTx) key(key string, notBefore int64) (hash, response string, found bool, err error) {
-	err = p.tx.QueryRowContext(p.ctx, p.s.q(`SELECT hash, response FROM sync_server_keys WHERE owner = $1 AND key = $2 AND created_us >= $3`), p.owner, key, notBefore).Scan(&hash, &response)
+	err = p.tx.QueryRowContext(p.ctx, p.s.q(`SELECT hash, response FROM sync_server_keys WHERE store_id = $1 AND key = $2 AND created_us >= $3`), p.store.id, key, notBefore).Scan(&hash, &response)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", false, nil
 	}
@@ -272,12 +263,9 @@ func (p *pushTx) key(key string, notBefore int64) (hash, response string, found 
 // saveKey stores the response to the push that sent key, replacing an
 // expired one.
 func (p *pushTx) saveKey(key, hash, response string, now int64) error {
-	_, err := p.tx.ExecContext(p.ctx, p.s.q(`DELETE FROM sync_server_keys WHERE owner = $1 AND key = $2`), p.owner, key)
+	_, err := p.tx.ExecContext(p.ctx, p.s.q(`DELETE FROM sync_server_keys WHERE store_id = $1 AND key = $2`), p.store.id, key)
 	if err == nil {
-		_, err = p.tx.ExecContext(p.ctx, p.s.q(`INSERT INTO sync_server_keys (owner, key, hash, response, created_us) VALUES ($1, $2, $3, $4, $5)`), p.owner, key, hash, response, now)
-	}
-	if err != nil && p.s.unique(err) {
-		return errKeyRace
+		_, err = p.tx.ExecContext(p.ctx, p.s.q(`INSERT INTO sync_server_keys (store_id, key, hash, response, created_us) VALUES ($1, $2, $3, $4, $5)`), p.store.id, key, hash, response, now)
 	}
 	return err
 }
@@ -315,15 +303,6 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
-}
-
-// unique reports whether err is a unique-constraint violation.
-func (s *Store) unique(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "23505"
-	}
-	return strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // sweepKeys deletes the idempotency keys that expired before notBefore,

@@ -152,3 +152,10 @@ func checkClock(n *Node, parent Stamp, devices map[string]bool) error {
 	}
 	return nil
 }
+
+// ServerDevice reports whether device is one a sync server stamps its own
+// writes with ("server-<store id>"), or the plain "server": no device
+// may stamp writes with such an id.
+func ServerDevice(device string) bool {
+	return device == "server" || strings.HasPrefix(device, "server-")
+}

@@ -79,3 +79,34 @@ func Spec(t testing.TB, kind string) string {
 	}
 	return Fresh(t)
 }
+
+// Database creates a database of its own for the test (the role needs
+// CREATEDB), dropped when the test ends, and returns its URL and name.
+// A test that cuts connections to a database (as a restart does) takes
+// one, so that other tests' databases are not touched.
+func Database(t testing.TB) (dbURL, name string) {
+	base := URL(t)
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := make([]byte, 6)
+	rand.Read(b)
+	name = "test_" + hex.EncodeToString(b)
+	if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatalf("create a database on %s: %v", redact(base), err)
+	}
+	t.Cleanup(func() {
+		if db, err := sql.Open("pgx", base); err == nil {
+			db.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`)
+			db.Close()
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String(), name
+}
