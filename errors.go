@@ -45,6 +45,14 @@ var (
 	// key, which the trigger allows for such a record only; the row then
 	// takes the synced payload, the same on every device.
 	ErrImmutableConflict = errors.New("append-only row differs from the one another device wrote under the same key")
+	// ErrDeviceIDShared stops a Sync through a Server that refused this
+	// database's changes: the store holds another write under one of
+	// their stamps, so another database syncs under this device id (a
+	// copy of this database file). Nothing of them was applied; they stay
+	// pending. A database whose device id the engine chose takes a new
+	// one, and the next Sync sends them under it; an app that sets
+	// Config.DeviceID must give each copy its own.
+	ErrDeviceIDShared = errors.New("another database syncs under this device id (a copy of this database)")
 )
 
 // Error describes a failure of one step of a sync.

@@ -151,6 +151,12 @@ func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, e
 // recoverOutbox publishes and adopts the files an earlier sync uploaded
 // (or meant to) without committing, in order.
 func (s *syncRun) recoverOutbox(ctx context.Context, l *listing) error {
+	return s.eachOutbox(ctx, func(name string) error { return s.recoverOne(ctx, l, name) })
+}
+
+// eachOutbox calls fn with the outbox's oldest file until the outbox is
+// empty (fn takes the file out) or fn fails.
+func (s *syncRun) eachOutbox(ctx context.Context, fn func(name string) error) error {
 	for {
 		var name string
 		err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
@@ -160,7 +166,7 @@ func (s *syncRun) recoverOutbox(ctx context.Context, l *listing) error {
 		if err != nil {
 			return &Error{Op: "recover upload", Err: err}
 		}
-		if err := s.recoverOne(ctx, l, name); err != nil {
+		if err := fn(name); err != nil {
 			return err
 		}
 	}

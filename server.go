@@ -2,7 +2,6 @@ package drivesync
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync/internal/merge"
+	"github.com/google/uuid"
 )
 
 // A Server is a sync server that keeps a store's records itself and
@@ -137,18 +137,11 @@ func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
 	if err := s.pushJoin(ctx); err != nil {
 		return nil, nil, err
 	}
-	p, err := s.plan(ctx, f)
+	p, idle, err := s.planSync(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.hook("planned"); err != nil {
-		return nil, nil, err
-	}
-	unwritten, err := s.hasUnwritten(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if p.changes.n == 0 && f.empty() && !unwritten {
+	if idle {
 		return l, f, s.setMetas(ctx, metaServerCursor, l.serverCursor)
 	}
 	if p.sent > 0 {
@@ -248,7 +241,7 @@ func (s *syncRun) bindServer(ctx context.Context, store string) error {
 // serverErr wraps a Server's error: a changed store as it is, anything
 // else as a remote failure, unless the context ended.
 func serverErr(op string, err error) error {
-	if errors.Is(err, ErrRemoteChanged) || errors.Is(err, ErrAuth) || errors.Is(err, ErrQuota) {
+	if errors.Is(err, ErrRemoteChanged) || errors.Is(err, ErrAuth) || errors.Is(err, ErrQuota) || errors.Is(err, ErrDeviceIDShared) {
 		return &Error{Op: op, Err: err}
 	}
 	return remoteErr(op, "", err)
@@ -279,10 +272,39 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 		return &Error{Op: "push", File: name, Err: err}
 	}
 	res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Key: pushKey(e.deviceID, name), Writes: writes})
+	if errors.Is(err, ErrDeviceIDShared) {
+		return s.deviceIDShared(ctx, err)
+	}
 	if err != nil {
 		return serverErr("push", err)
 	}
 	return s.bindServer(ctx, res.StoreID)
+}
+
+// deviceIDShared handles a push the server refused because another
+// database syncs under this device id. Nothing of that batch was applied,
+// nor of any batch after it; the batches before it in the outbox were,
+// but their records are still pending too. So the outbox is emptied, and
+// the next sync plans every pending record again, stamped under a new
+// device id (taken here, as checkCopied does, unless the app sets the id
+// itself), above every version this device has seen or reserved.
+func (s *syncRun) deviceIDShared(ctx context.Context, cause error) error {
+	e := s.e
+	if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_outbox`); err != nil {
+		return &Error{Op: "push", Err: err}
+	}
+	if e.cfg.DeviceID != "" {
+		return &Error{Op: "push", Err: fmt.Errorf("%w: %v. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own), then sync again", ErrDeviceIDShared, cause)}
+	}
+	id := uuid.NewString()
+	if err := s.setMetas(ctx, metaDeviceID, id); err != nil {
+		return err
+	}
+	e.log.Warn("drivesync: another database syncs under this device id; taking a new device id", "old", e.deviceID, "new", id)
+	e.idMu.Lock()
+	e.deviceID = id
+	e.idMu.Unlock()
+	return &Error{Op: "push", Err: fmt.Errorf("%w: this database now syncs as %s: sync again", ErrDeviceIDShared, id)}
 }
 
 // pushKey is the idempotency key of a batch: its outbox name, unique to
@@ -293,22 +315,12 @@ func pushKey(device, name string) string { return "drivesync:" + device + ":" + 
 // sync reserved and may have pushed without committing, and merges them
 // into the synced state (see recoverOutbox).
 func (s *syncRun) recoverPushes(ctx context.Context) error {
-	for {
-		var name string
-		err := s.conn.QueryRowContext(ctx, `SELECT name FROM sync_outbox ORDER BY name LIMIT 1`).Scan(&name)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return &Error{Op: "recover upload", Err: err}
-		}
+	return s.eachOutbox(ctx, func(name string) error {
 		if err := s.pushFile(ctx, name); err != nil {
 			return err
 		}
-		if err := s.adoptOutbox(ctx, name, false); err != nil {
-			return err
-		}
-	}
+		return s.adoptOutbox(ctx, name, false)
+	})
 }
 
 // pushJoin sends, after JoinRemote or StartFresh, the state of every

@@ -90,18 +90,11 @@ func (s *syncRun) sync(ctx context.Context) (*listing, *fetched, error) {
 	if err := s.hook("fetched"); err != nil {
 		return nil, nil, err
 	}
-	p, err := s.plan(ctx, f)
+	p, idle, err := s.planSync(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.hook("planned"); err != nil {
-		return nil, nil, err
-	}
-	unwritten, err := s.hasUnwritten(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if p.changes.n == 0 && f.empty() && !unwritten {
+	if idle {
 		// Nothing to apply; still move the cursor, or an idle device
 		// would list ever further back, paying for files it applied.
 		return l, f, s.saveCursor(ctx, l)
@@ -117,6 +110,22 @@ func (s *syncRun) sync(ctx context.Context) (*listing, *fetched, error) {
 	// A failure from here on leaves the uploaded file in place and in the
 	// outbox: the next sync adopts it (see outbox.go).
 	return l, f, s.commit(ctx, l, f, p)
+}
+
+// planSync runs the plan phase; idle says that the sync has nothing to
+// apply, send or retry.
+func (s *syncRun) planSync(ctx context.Context, f *fetched) (p *plan, idle bool, err error) {
+	if p, err = s.plan(ctx, f); err != nil {
+		return nil, false, err
+	}
+	if err := s.hook("planned"); err != nil {
+		return nil, false, err
+	}
+	unwritten, err := s.hasUnwritten(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return p, p.changes.n == 0 && f.empty() && !unwritten, nil
 }
 
 // run runs fn with a fresh syncRun, one at a time.

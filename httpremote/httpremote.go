@@ -356,6 +356,8 @@ func classifyStatus(res *http.Response, b []byte) error {
 		e.err = fmt.Errorf("%w (the token's user may not use this store)", drivesync.ErrAuth)
 	case e.p.Type == "urn:drivesync:problem:store-replaced":
 		e.err = drivesync.ErrRemoteChanged
+	case e.p.Type == "urn:drivesync:problem:stamp-reused":
+		e.err = drivesync.ErrDeviceIDShared
 	}
 	return e
 }

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func serve(t testing.TB, spec string, edit ...func(*syncserver.Options)) (string
 		e(&opts)
 	}
 	h := syncserver.NewHandler(st, opts)
-	ts := httptest.NewServer(conformance(t).Handler(t, h))
+	ts := httptest.NewServer(openapicheck.For(t, "../syncserver/openapi.json").Handler(t, h))
 	t.Cleanup(ts.Close)
 	return ts.URL, st
 }
@@ -291,22 +290,6 @@ func TestUsers(t *testing.T) {
 	if got := b.dump(); got != "" {
 		t.Errorf("bob got %s", got)
 	}
-}
-
-var (
-	checkerOnce sync.Once
-	checker     *openapicheck.Checker
-	checkerErr  error
-)
-
-// conformance checks every exchange of the engine with the server, its
-// pushes included, against the server's OpenAPI document.
-func conformance(t testing.TB) *openapicheck.Checker {
-	checkerOnce.Do(func() { checker, checkerErr = openapicheck.Load("../syncserver/openapi.json") })
-	if checkerErr != nil {
-		t.Fatal(checkerErr)
-	}
-	return checker
 }
 
 // The drivers' scenarios, each on a store of its own on one server.

@@ -88,21 +88,7 @@ func TestReviewStartFreshStuckOnLargeRecord(t *testing.T) {
 	a.exec(`INSERT INTO notes VALUES ('n1', ?)`, fmt.Sprintf(`{"a":%q,"b":%q}`, big, big))
 	a.sync()
 	st.Close()
-
-	url2, _ := serve(t, "sqlite:"+filepath.Join(dir, "server2.db"), small)
-	a.eng.Close()
-	a = reopen(t, a, httpremote.New(url2, aliceToken, httpremote.Options{}))
-	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrRemoteChanged) {
-		t.Fatalf("sync with a new server store: %v, want ErrRemoteChanged", err)
-	}
-	if _, err := a.eng.StartFresh(context.Background()); err != nil {
-		t.Logf("StartFresh: %v", err)
-	}
-	for i := range 3 {
-		if _, err := a.eng.Sync(context.Background()); err != nil {
-			t.Errorf("sync %d after StartFresh: %v", i, err)
-		}
-	}
+	startFreshElsewhere(t, a, filepath.Join(dir, "server2.db"))
 }
 
 // The same with records each under every limit: pushJoin sent up to
@@ -122,21 +108,7 @@ func TestReviewJoinBatchOverBodyLimitStuck(t *testing.T) {
 	tx.Commit()
 	a.sync()
 	st.Close()
-
-	url2, _ := serve(t, "sqlite:"+filepath.Join(dir, "server2.db"), small)
-	a.eng.Close()
-	a = reopen(t, a, httpremote.New(url2, aliceToken, httpremote.Options{}))
-	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrRemoteChanged) {
-		t.Fatalf("sync with a new server store: %v, want ErrRemoteChanged", err)
-	}
-	if _, err := a.eng.StartFresh(context.Background()); err != nil {
-		t.Logf("StartFresh: %v", err)
-	}
-	for i := range 2 {
-		if _, err := a.eng.Sync(context.Background()); err != nil {
-			t.Errorf("sync %d after StartFresh: %v", i, err)
-		}
-	}
+	startFreshElsewhere(t, a, filepath.Join(dir, "server2.db"))
 }
 
 // Plain writes are stamped {maxVersion+1, "server"} by each store on its
@@ -322,5 +294,80 @@ func TestReviewRefusedIdStuck(t *testing.T) {
 				t.Errorf("note 'ok' never reaches b")
 			}
 		})
+	}
+}
+
+// startFreshElsewhere points a at a new server (an empty store at path):
+// its sync stops with ErrRemoteChanged, StartFresh makes its data the new
+// store, later syncs succeed, and a new device gets all of it.
+func startFreshElsewhere(t *testing.T, a *device, path string) {
+	t.Helper()
+	url, _ := serve(t, "sqlite:"+path, small)
+	a.eng.Close()
+	a = reopen(t, a, httpremote.New(url, aliceToken, httpremote.Options{}))
+	if _, err := a.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrRemoteChanged) {
+		t.Fatalf("sync with a new server store: %v, want ErrRemoteChanged", err)
+	}
+	if _, err := a.eng.StartFresh(context.Background()); err != nil {
+		t.Fatalf("StartFresh: %v", err)
+	}
+	for i := range 2 {
+		if _, err := a.eng.Sync(context.Background()); err != nil {
+			t.Fatalf("sync %d after StartFresh: %v", i, err)
+		}
+	}
+	b := openDevice(t, "dev-new", httpremote.New(url, aliceToken, httpremote.Options{}))
+	b.sync()
+	converged(t, a, b)
+}
+
+// A database copied to another machine (a restored backup, a cloned
+// phone) syncs under the same device id. The two copies stamp different
+// writes alike — here both stamp their edit of n1 {M+1, id}, the copy's
+// waiting in its outbox after a failed push. The server kept the first,
+// the copy its own, for good. Now the server refuses the second push
+// (the store holds another write under its stamp, ErrDeviceIDShared),
+// the copy takes a new device id and sends its edit again under it, and
+// the copies converge.
+func TestReviewCopiedDatabaseSameStamps(t *testing.T) {
+	url, _ := startServer(t, "sqlite")
+	noID := func(c *drivesync.Config) { c.DeviceID = "" }
+	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{}), noID)
+	a.exec(`INSERT INTO notes VALUES ('n1', '{"t":"0"}')`)
+	a.sync()
+	copyPath := filepath.Join(t.TempDir(), "copy.db")
+	a.exec(`VACUUM INTO ?`, copyPath)
+	db2, err := sql.Open("sqlite", "file:"+copyPath+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	ft := &failPosts{}
+	eng2, err := drivesync.Open(context.Background(), db2, drivesync.Config{Server: httpremote.New(url, aliceToken, httpremote.Options{HTTPClient: &http.Client{Transport: ft}, MaxAttempts: 1}),
+		Tables: []drivesync.Table{{Name: "notes"}, {Name: "items", UniqueIntegerKey: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2 := &device{t: t, db: db2, eng: eng2}
+	t.Logf("ids: %s %s", a.eng.DeviceID(), a2.eng.DeviceID())
+
+	a2.exec(`UPDATE notes SET content = '{"t":"copy"}' WHERE id = 'n1'`)
+	ft.fail.Store(true)
+	a2.eng.Sync(context.Background()) // reserved, push failed
+	ft.fail.Store(false)
+	a.exec(`UPDATE notes SET content = '{"t":"orig"}' WHERE id = 'n1'`)
+	a.sync()
+	old := a2.eng.DeviceID()
+	if _, err := a2.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrDeviceIDShared) {
+		t.Fatalf("the copy's push under a stamp the store holds: %v, want ErrDeviceIDShared", err)
+	}
+	if a2.eng.DeviceID() == old {
+		t.Fatalf("the copy still syncs as %s", old)
+	}
+	a2.sync()
+	a2.sync()
+	a.sync()
+	if g1, g2 := noteContent(t, a, "n1"), noteContent(t, a2, "n1"); g1 != g2 {
+		t.Fatalf("diverged for good: original %s, copy %s", g1, g2)
 	}
 }

@@ -79,7 +79,7 @@ func newServer(t testing.TB, spec string, edit ...func(*Options)) *testServer {
 	for _, e := range edit {
 		e(&opts)
 	}
-	ts := &testServer{Server: httptest.NewServer(conformance(t).Handler(t, NewHandler(st, opts))), st: st, log: buf}
+	ts := &testServer{Server: httptest.NewServer(openapicheck.For(t, "openapi.json").Handler(t, NewHandler(st, opts))), st: st, log: buf}
 	t.Cleanup(ts.Close)
 	return ts
 }
@@ -192,20 +192,4 @@ func checkTimes(t testing.TB, v any, path string) {
 			checkTimes(t, x, fmt.Sprintf("%s[%d]", path, i))
 		}
 	}
-}
-
-var (
-	checkerOnce sync.Once
-	checker     *openapicheck.Checker
-	checkerErr  error
-)
-
-// conformance is the checker of openapi.json: every exchange of a test
-// server is checked against it.
-func conformance(t testing.TB) *openapicheck.Checker {
-	checkerOnce.Do(func() { checker, checkerErr = openapicheck.Load("openapi.json") })
-	if checkerErr != nil {
-		t.Fatal(checkerErr)
-	}
-	return checker
 }

@@ -471,3 +471,39 @@ func cursorRace(t *testing.T, servers []string, pushers, pushes, batch int) {
 		}
 	}
 }
+
+// A stamp names one write: the same stamped write again is applied (and
+// changes nothing), another write under that stamp is refused whole (two
+// databases sync under one device id), whatever path it meets the first
+// at.
+func TestStampReused(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		ts := newServer(t, spec)
+		first := `{"ops":{"t":[{"id":"a","drivesync":{"version":5,"device":"dev-a","patch":{"x":1,"o":{"p":"q"}}}}]}}`
+		for range 2 {
+			if r := ts.push(t, aliceToken, "s", "", first); r.status != 200 {
+				t.Fatalf("push: %d %s", r.status, r.body)
+			}
+		}
+		for _, other := range []string{
+			`{"ops":{"ok":[{"id":"z","n":1}],"t":[{"id":"a","drivesync":{"version":5,"device":"dev-a","patch":{"x":2}}}]}}`,
+			`{"ops":{"t":[{"id":"a","drivesync":{"version":5,"device":"dev-a","patch":{"o":{"p":"r"}}}}]}}`,
+			`{"ops":{"t":[{"id":"a","drivesync":{"version":5,"device":"dev-a","patch":{"x":null}}}]}}`,
+			`{"ops":{"deletions":[{"table":"t","id":"a","drivesync":{"version":5,"device":"dev-a"}}]}}`,
+		} {
+			r := ts.push(t, aliceToken, "s", "", other)
+			if r.status != 409 || r.json(t)["type"] != problemType("stamp-reused") {
+				t.Errorf("%s: %d %s, want 409 stamp-reused", other, r.status, r.body)
+			}
+		}
+		// Another path under the same stamp is another part of the
+		// same change: taken.
+		if r := ts.push(t, aliceToken, "s", "", `{"ops":{"t":[{"id":"a","drivesync":{"version":5,"device":"dev-a","patch":{"y":3,"o":{"s":4}}}}]}}`); r.status != 200 {
+			t.Errorf("another path under the stamp: %d %s", r.status, r.body)
+		}
+		rows, _ := pullAll(t, ts.URL, aliceToken, "s", "", "rows")
+		if a := rows["t"]["a"]; a["x"].(float64) != 1 || a["y"].(float64) != 3 || rows["ok"] != nil {
+			t.Errorf("after the refusals: %v", rows)
+		}
+	})
+}

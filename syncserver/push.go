@@ -380,13 +380,13 @@ func (a *pushApplier) op(table, field string, v jsonv.Value) error {
 			if err != nil {
 				return err
 			}
-			return a.write(table, id, func(m *merge.Node) { m.Merge(n) })
+			return a.write(table, id, func(m *merge.Node) error { m.Merge(n); return nil })
 		}
 		w, err := a.stamped(field+".drivesync", *ds, false)
 		if err != nil {
 			return err
 		}
-		return a.write(table, id, applying(w))
+		return a.write(table, id, a.stampedWrite(field, w))
 	}
 	if kind == "delete" {
 		if len(fields.Members) > 0 {
@@ -496,15 +496,17 @@ func (a *pushApplier) deletions(field string) error {
 		if id == "" {
 			return badField(f+".id", "missing")
 		}
-		var wr merge.Write
+		var apply func(*merge.Node) error
 		if ds != nil {
-			if wr, err = a.stamped(f+".drivesync", *ds, true); err != nil {
+			wr, err := a.stamped(f+".drivesync", *ds, true)
+			if err != nil {
 				return err
 			}
+			apply = a.stampedWrite(f, wr)
 		} else {
-			wr = merge.Write{At: a.serverStamp(), Deleted: true}
+			apply = applying(merge.Write{At: a.serverStamp(), Deleted: true})
 		}
-		if err := a.write(table, id, applying(wr)); err != nil {
+		if err := a.write(table, id, apply); err != nil {
 			return err
 		}
 	}
@@ -607,7 +609,7 @@ func (a *pushApplier) serverStamp() merge.Stamp {
 
 // write applies fn to the record's state and, if that changed it, stores
 // it at the push's next time.
-func (a *pushApplier) write(table, id string, fn func(*merge.Node)) error {
+func (a *pushApplier) write(table, id string, fn func(*merge.Node) error) error {
 	r, found, err := a.tx.record(table, id)
 	if err != nil {
 		return err
@@ -622,7 +624,9 @@ func (a *pushApplier) write(table, id string, fn func(*merge.Node)) error {
 			return fmt.Errorf("stored record %s/%s: %w", table, id, err)
 		}
 	}
-	fn(n)
+	if err := fn(n); err != nil {
+		return err
+	}
 	data, clock := merge.EncodeState(n)
 	if data == r.data && clock == r.clock {
 		a.applied++ // nothing new: a write seen before
@@ -702,4 +706,23 @@ func (a *pushApplier) state(field string, v jsonv.Value) (*merge.Node, error) {
 	return n, nil
 }
 
-func applying(w merge.Write) func(*merge.Node) { return func(n *merge.Node) { n.Apply(w) } }
+func applying(w merge.Write) func(*merge.Node) error {
+	return func(n *merge.Node) error { n.Apply(w); return nil }
+}
+
+// stampedWrite applies an engine's write, unless the record holds another
+// write under its stamp: then two databases sync under one device id (a
+// copied database), and the push is refused whole, so that the device
+// stamps its changes again under an id of its own.
+func (a *pushApplier) stampedWrite(field string, w merge.Write) func(*merge.Node) error {
+	return func(n *merge.Node) error {
+		if n.Reuses(w) {
+			return &problemError{problemBody{Type: problemType("stamp-reused"), Title: "Stamp reused", Status: http.StatusConflict,
+				Detail: fmt.Sprintf("the store holds another write stamped (%d, %s): two databases sync under device id %s (a copied database); nothing of this push was applied, stamp its changes under a new device id",
+					w.At.Version, w.At.Device, w.At.Device),
+				Errors: []fieldError{{Field: field, Detail: "another write has this stamp"}}}}
+		}
+		n.Apply(w)
+		return nil
+	}
+}

@@ -4,6 +4,7 @@
 package merge
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -651,4 +652,45 @@ func (n *Node) Apply(w Write) {
 		n.Reset(AbsentNode, nil, r)
 	}
 	n.ApplyPatch(w.Patch, w.At)
+}
+
+// Reuses reports whether n holds another write under w's stamp: at a path
+// w writes, a value, a removal or an object stamped w.At that w does not
+// write, or a delete stamped w.At where w writes. A stamp names one write;
+// two writes under one stamp (two copies of one database, syncing under
+// one device id) would each stay where it arrived first, for good.
+// Applying w twice is not a reuse.
+func (n *Node) Reuses(w Write) bool {
+	if w.Deleted {
+		return n.Stamp == w.At && n.Kind != AbsentNode
+	}
+	return n.Gone == w.At || n.reusesObject(w.Patch, w.At)
+}
+
+func (n *Node) reusesObject(obj jsonv.Value, t Stamp) bool {
+	for _, m := range obj.Members {
+		c := n.Child(m.Key, false)
+		if c == nil {
+			continue
+		}
+		if c.Stamp != t {
+			if m.Value.IsObject() && c.Kind == ObjectNode && c.reusesObject(m.Value, t) {
+				return true
+			}
+			continue
+		}
+		switch {
+		case m.Value.IsObject():
+			if c.Kind != ObjectNode || c.reusesObject(m.Value, t) {
+				return true
+			}
+		case m.Value.IsNull():
+			if c.Kind != AbsentNode {
+				return true
+			}
+		case c.Kind != LeafNode || !bytes.Equal(c.Leaf, m.Value.Leaf):
+			return true
+		}
+	}
+	return false
 }

@@ -83,6 +83,28 @@ func (k *Checker) operation(method, path string) (map[string]any, error) {
 	return op, nil
 }
 
+var (
+	loadedMu sync.Mutex
+	loaded   = map[string]*Checker{}
+)
+
+// For returns the Checker of the document at path, loaded once per test
+// binary; a document that does not load fails t.
+func For(t testing.TB, path string) *Checker {
+	t.Helper()
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if k, ok := loaded[path]; ok {
+		return k
+	}
+	k, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded[path] = k
+	return k
+}
+
 // Check checks one exchange. reqBody is checked only when the status is
 // 200: a request the server refused may be wrong on purpose.
 func (k *Checker) Check(method, path string, reqBody []byte, status int, contentType string, body []byte) error {

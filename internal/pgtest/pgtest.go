@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -29,10 +30,10 @@ func URL(t testing.TB) string {
 	return u
 }
 
-// Fresh returns a URL whose objects live in a new, empty schema, dropped
-// when the test ends.
-func Fresh(t testing.TB) string {
-	base := URL(t)
+// create makes an object of kind ("SCHEMA" or "DATABASE") with a new
+// name on the server, dropped (with drop's clause) when the test ends.
+func create(t testing.TB, kind, drop string) (base, name string) {
+	base = URL(t)
 	db, err := sql.Open("pgx", base)
 	if err != nil {
 		t.Fatal(err)
@@ -40,16 +41,23 @@ func Fresh(t testing.TB) string {
 	defer db.Close()
 	b := make([]byte, 6)
 	rand.Read(b)
-	schema := "test_" + hex.EncodeToString(b)
-	if _, err := db.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		t.Fatalf("create a schema on %s: %v", redact(base), err)
+	name = "test_" + hex.EncodeToString(b)
+	if _, err := db.Exec(`CREATE ` + kind + ` ` + name); err != nil {
+		t.Fatalf("create a %s on %s: %v", strings.ToLower(kind), redact(base), err)
 	}
 	t.Cleanup(func() {
 		if db, err := sql.Open("pgx", base); err == nil {
-			db.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+			db.Exec(`DROP ` + kind + ` IF EXISTS ` + name + drop)
 			db.Close()
 		}
 	})
+	return base, name
+}
+
+// Fresh returns a URL whose objects live in a new, empty schema, dropped
+// when the test ends.
+func Fresh(t testing.TB) string {
+	base, schema := create(t, "SCHEMA", " CASCADE")
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
@@ -85,24 +93,7 @@ func Spec(t testing.TB, kind string) string {
 // A test that cuts connections to a database (as a restart does) takes
 // one, so that other tests' databases are not touched.
 func Database(t testing.TB) (dbURL, name string) {
-	base := URL(t)
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name = "test_" + hex.EncodeToString(b)
-	if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
-		t.Fatalf("create a database on %s: %v", redact(base), err)
-	}
-	t.Cleanup(func() {
-		if db, err := sql.Open("pgx", base); err == nil {
-			db.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`)
-			db.Close()
-		}
-	})
+	base, name := create(t, "DATABASE", " WITH (FORCE)")
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
