@@ -53,6 +53,11 @@ var (
 	// one, and the next Sync sends them under it; an app that sets
 	// Config.DeviceID must give each copy its own.
 	ErrDeviceIDShared = errors.New("another database syncs under this device id (a copy of this database)")
+	// ErrServerRefused marks a push a sync server refused whole as
+	// invalid or too large (its limits shrank since the changes were
+	// planned). Nothing of it was applied; the changes stay pending, and
+	// the next Sync plans them again under the server's limits.
+	ErrServerRefused = errors.New("the sync server refused the push")
 )
 
 // Error describes a failure of one step of a sync.

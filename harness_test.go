@@ -1463,7 +1463,7 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 				// A row whose id no reader takes is not sent, and the
 				// sync's other changes go out without it; the app then
 				// deletes the row.
-				bad := []string{"", strings.Repeat("x", merge.MaxRecordIDLen+1)}[rapid.IntRange(0, 1).Draw(rt, "badIDKind")]
+				bad := []string{"", strings.Repeat("x", merge.MaxRecordIDLen+1), "r\xff"}[rapid.IntRange(0, 2).Draw(rt, "badIDKind")]
 				ins := `INSERT OR IGNORE INTO notes (id, content) VALUES (?, jsonb('{}'))`
 				if w.strict {
 					ins = `INSERT OR IGNORE INTO notes (id, content, a, b) VALUES (?, jsonb('{"a":"a","b":"b"}'), 'a', 'b')`

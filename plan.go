@@ -85,12 +85,15 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				rows.Close()
 				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 			}
-			if (r.id == "" || len(r.id) > merge.MaxRecordIDLen) && (r.rowExists || r.synced.Valid) {
+			if (r.id == "" || len(r.id) > merge.MaxRecordIDLen || !utf8.ValidString(r.id)) && (r.rowExists || r.synced.Valid) {
 				// Every reader refuses such a change, and with it
 				// the file or batch that holds it: it is not sent.
-				// (Once the app deletes the row, nothing is left to
-				// send: the plan settles the record.)
-				s.skipRecord(t.name, r.id, fmt.Errorf("the record id has %d bytes; an id has 1-%d", len(r.id), merge.MaxRecordIDLen))
+				// An id that is not UTF-8 would be sent with its
+				// bad bytes replaced, as another record (or, grown
+				// past the limit, refused). Once the app deletes the
+				// row, nothing is left to send: the plan settles the
+				// record.
+				s.skipRecord(t.name, r.id, fmt.Errorf("the record id (%d bytes) must be 1-%d bytes of UTF-8", len(r.id), merge.MaxRecordIDLen))
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
 			}

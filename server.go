@@ -102,13 +102,16 @@ type ServerRecord struct {
 // most 16 MiB of changes, or a quarter of maxBody (its JSON takes more
 // than the patch file it comes from).
 func serverLimits(maxRecord, maxBody int64) Limits {
-	l := Limits{MaxFileSize: 16 << 20, MaxExpandedSize: 16 << 20}
+	l := Limits{MaxFileSize: 16 << 20, MaxExpandedSize: 16 << 20, MaxRecordSize: DefaultMaxRecordSize}
 	if maxRecord > 0 {
 		l.MaxRecordSize = min(maxRecord, DefaultMaxRecordSize)
 	}
 	if maxBody > 0 {
-		l.MaxExpandedSize = min(l.MaxExpandedSize, max(maxBody/4, 2*l.MaxRecordSize))
+		// A change too large for a push is not sent (reported in
+		// Report.Skipped): never a push the server refuses.
+		l.MaxExpandedSize = max(min(l.MaxExpandedSize, maxBody/4), 1)
 		l.MaxFileSize = l.MaxExpandedSize
+		l.MaxRecordSize = min(l.MaxRecordSize, l.MaxExpandedSize)
 	}
 	return l.withDefaults()
 }
@@ -190,7 +193,11 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 		}
 		s.limits = serverLimits(page.MaxRecordSize, page.MaxBodySize)
 		for _, r := range page.Records {
-			c, err := validateStateEntry(stateEntry{Table: r.Table, Record: r.Record, State: r.Data, Clock: r.Clock, Deleted: r.Deleted}, s.limits.MaxRecordSize, devices)
+			// A server sends a record over its write limit in parts
+			// of at most the default record size, whatever its limit
+			// is now (a record stored under a larger one may hold a
+			// value no smaller part can).
+			c, err := validateStateEntry(stateEntry{Table: r.Table, Record: r.Record, State: r.Data, Clock: r.Clock, Deleted: r.Deleted}, DefaultMaxRecordSize, devices)
 			if err != nil {
 				// One record the server holds wrongly must not stop
 				// this device: it is reported and comes again with
@@ -275,6 +282,17 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 	if errors.Is(err, ErrDeviceIDShared) {
 		return s.deviceIDShared(ctx, err)
 	}
+	if errors.Is(err, ErrServerRefused) {
+		// Planned under limits the server no longer has (or refused
+		// for another reason): sent again as it is, it would be
+		// refused for ever. Nothing of it was applied, and its
+		// records are still pending: the next sync plans them again,
+		// under the limits its pull brings.
+		if err := s.dropOutbox(ctx); err != nil {
+			return err
+		}
+		return &Error{Op: "push", File: name, Err: fmt.Errorf("%w; its changes are still pending: sync again", err)}
+	}
 	if err != nil {
 		return serverErr("push", err)
 	}
@@ -290,8 +308,8 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 // itself), above every version this device has seen or reserved.
 func (s *syncRun) deviceIDShared(ctx context.Context, cause error) error {
 	e := s.e
-	if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_outbox`); err != nil {
-		return &Error{Op: "push", Err: err}
+	if err := s.dropOutbox(ctx); err != nil {
+		return err
 	}
 	if e.cfg.DeviceID != "" {
 		return &Error{Op: "push", Err: fmt.Errorf("%w: %v. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own), then sync again", ErrDeviceIDShared, cause)}
@@ -307,6 +325,18 @@ func (s *syncRun) deviceIDShared(ctx context.Context, cause error) error {
 	return &Error{Op: "push", Err: fmt.Errorf("%w: this database now syncs as %s: sync again", ErrDeviceIDShared, id)}
 }
 
+// dropOutbox empties the outbox after the server refused a batch of it:
+// the server applied nothing of that batch, nor of any after it, and the
+// records of every batch in it are still pending (only a sync's commit
+// settles them, and it empties the outbox with them), so the next sync
+// plans them all again.
+func (s *syncRun) dropOutbox(ctx context.Context) error {
+	if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_outbox`); err != nil {
+		return &Error{Op: "push", Err: err}
+	}
+	return nil
+}
+
 // pushKey is the idempotency key of a batch: its outbox name, unique to
 // this database, with the device id in case two databases share one.
 func pushKey(device, name string) string { return "drivesync:" + device + ":" + name }
@@ -316,7 +346,14 @@ func pushKey(device, name string) string { return "drivesync:" + device + ":" + 
 // into the synced state (see recoverOutbox).
 func (s *syncRun) recoverPushes(ctx context.Context) error {
 	return s.eachOutbox(ctx, func(name string) error {
-		if err := s.pushFile(ctx, name); err != nil {
+		err := s.pushFile(ctx, name)
+		if errors.Is(err, ErrServerRefused) {
+			// The outbox is empty now: this sync plans its records
+			// again, under the limits its pull brings.
+			s.e.log.Warn("drivesync: the server refused an earlier sync's batch; its changes are planned again", "batch", name, "err", err)
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		return s.adoptOutbox(ctx, name, false)
@@ -383,13 +420,16 @@ WHERE (table_name, record_id) > (?1, ?2) ORDER BY table_name, record_id LIMIT 10
 				}
 			}
 			for _, p := range parts {
-				if int64(size+len(p.Patch)+len(p.Clock)) > min(joinBatchBytes, s.limits.MaxExpandedSize) {
+				// What the state takes in the push: its data, clock,
+				// table and id, and the JSON around them.
+				n := len(p.Patch) + len(p.Clock) + 2*(len(p.Table)+len(p.Record)) + 128
+				if int64(size+n) > min(joinBatchBytes, s.limits.MaxExpandedSize) {
 					if err := push(); err != nil {
 						return err
 					}
 				}
 				writes = append(writes, p)
-				size += len(p.Patch) + len(p.Clock)
+				size += n
 			}
 		}
 	}

@@ -358,6 +358,9 @@ func classifyStatus(res *http.Response, b []byte) error {
 		e.err = drivesync.ErrRemoteChanged
 	case e.p.Type == "urn:drivesync:problem:stamp-reused":
 		e.err = drivesync.ErrDeviceIDShared
+	case res.Request != nil && res.Request.Method == http.MethodPost &&
+		(res.StatusCode == http.StatusBadRequest || res.StatusCode == http.StatusRequestEntityTooLarge || res.StatusCode == http.StatusUnprocessableEntity):
+		e.err = drivesync.ErrServerRefused
 	}
 	return e
 }

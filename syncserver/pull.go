@@ -3,7 +3,6 @@ package syncserver
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 
@@ -144,10 +143,14 @@ func appendRow(b []byte, rec record, state bool, partBytes int64) ([]byte, error
 	if state && (int64(len(rec.data)) > partBytes || int64(len(rec.clock)) > 2*partBytes) {
 		parts, err := merge.StateParts([]byte(rec.data), []byte(rec.clock), rec.deleted, partBytes, false)
 		if err != nil {
-			// One value over partBytes (a server whose MaxRecordBytes
-			// is over the default took it): sent whole, a device
-			// reports it refused.
-			parts = nil
+			// A value over partBytes, written under a larger limit
+			// than the server has now: parts of the largest size a
+			// device takes. A value over even that (a server whose
+			// limit is over the default took it) goes whole, and a
+			// device reports it refused.
+			if parts, err = merge.StateParts([]byte(rec.data), []byte(rec.clock), rec.deleted, DefaultMaxRecordBytes, false); err != nil {
+				parts = nil
+			}
 		}
 		for i, p := range parts {
 			part := rec
@@ -155,12 +158,17 @@ func appendRow(b []byte, rec record, state bool, partBytes int64) ([]byte, error
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b, _ = appendRow(b, part, true, math.MaxInt64)
+			b, _ = appendOne(b, part, true)
 		}
 		if len(parts) > 0 {
 			return b, nil
 		}
 	}
+	return appendOne(b, rec, state)
+}
+
+// appendOne appends rec as one row.
+func appendOne(b []byte, rec record, state bool) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = jsonv.AppendString(b, rec.id)
 	if state {
