@@ -389,6 +389,19 @@ func TestPostgresRestart(t *testing.T) {
 		if _, err := admin.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName); err != nil {
 			t.Fatal(err)
 		}
+		// The backends end a moment after they are told to.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var n int
+			if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections to %s still open", n, dbName)
+			}
+		}
 	}
 	down()
 	a.exec(`INSERT INTO notes VALUES ('n2', '{"t":2}')`)
