@@ -127,7 +127,16 @@ func TestKilledMidPush(t *testing.T) {
 				}
 			})
 		}
-		time.Sleep(300 * time.Millisecond)
+		// Kill once pushes are being acknowledged, however slow the
+		// machine.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			n := len(all)
+			mu.Unlock()
+			if n >= 3*clients {
+				break
+			}
+		}
 		p.kill()
 		close(stop)
 		wg.Wait()
