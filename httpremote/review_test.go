@@ -216,13 +216,13 @@ func (l *loseAfter) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // A push applied whose response was lost stays in the outbox with its
-// Idempotency-Key. Keys belong to the user, not to a store: after the
-// store is deleted and made again and the device joins the new store,
-// recoverPushes sends the batch with the same key to the new store, gets
-// the old store's stored response, and bindServer refuses it
-// (ErrRemoteChanged: "call JoinRemote"). JoinRemote does not help: the
-// device cannot sync, and its batch does not reach the new store, until
-// the key expires (24 h).
+// Idempotency-Key. When keys belonged to the user, not to a store, after
+// the store was deleted and made again and the device joined the new
+// store, recoverPushes sent the batch with the same key to the new store,
+// got the old store's stored response, and bindServer refused it
+// (ErrRemoteChanged: "call JoinRemote"). JoinRemote did not help: the
+// device could not sync, and its batch did not reach the new store, until
+// the key expired (24 h).
 func TestReviewReplayedKeyAfterStoreRecreatedStuck(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "server.db")

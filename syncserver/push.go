@@ -540,14 +540,16 @@ func (a *pushApplier) stamped(field string, v jsonv.Value, deleted bool) (merge.
 			}
 			w.Replaces = string(m.Value.Leaf) == "true"
 		case "reset":
-			if w.Reset, err = a.stamp(field+".reset", m.Value); err != nil {
+			// A reset names the newest write its writer had seen,
+			// which may be the server's own.
+			if w.Reset, err = a.stamp(field+".reset", m.Value, true); err != nil {
 				return w, err
 			}
 		default:
 			return w, badField(field+"."+m.Key, "unknown member")
 		}
 	}
-	if w.At, err = a.stamp(field, v); err != nil {
+	if w.At, err = a.stamp(field, v, false); err != nil {
 		return w, err
 	}
 	switch {
@@ -570,7 +572,7 @@ func (a *pushApplier) stamped(field string, v jsonv.Value, deleted bool) (merge.
 }
 
 // stamp reads the version and device members of v.
-func (a *pushApplier) stamp(field string, v jsonv.Value) (merge.Stamp, error) {
+func (a *pushApplier) stamp(field string, v jsonv.Value, serverOK bool) (merge.Stamp, error) {
 	var s merge.Stamp
 	if !v.IsObject() {
 		return s, badField(field, "must be an object")
@@ -594,7 +596,7 @@ func (a *pushApplier) stamp(field string, v jsonv.Value) (merge.Stamp, error) {
 	if err := merge.CheckDeviceID(d); err != nil {
 		return s, badField(field+".device", err.Error())
 	}
-	if merge.ServerDevice(d) && !strings.HasSuffix(field, ".reset") {
+	if merge.ServerDevice(d) && !serverOK {
 		return s, badField(field+".device", `"server" and "server-…" are the server's own stamps: a device may not write with them`)
 	}
 	return merge.Stamp{Version: n, Device: d}, nil

@@ -205,7 +205,6 @@ type pushTx struct {
 	s     *Store
 	tx    *sql.Tx
 	ctx   context.Context
-	owner string
 	store storeInfo
 	put   *sql.Stmt
 	get   *sql.Stmt
@@ -228,7 +227,7 @@ func (s *Store) push(ctx context.Context, owner, name string, now int64, fn func
 	if s.dialect == postgres {
 		lock = " FOR UPDATE"
 	}
-	p := &pushTx{s: s, tx: tx, ctx: ctx, owner: owner}
+	p := &pushTx{s: s, tx: tx, ctx: ctx}
 	if err := tx.QueryRowContext(ctx, s.q(`SELECT id, created_us, last_us, max_version FROM sync_server_stores WHERE owner = $1 AND name = $2`+lock), owner, name).
 		Scan(&p.store.id, &p.store.created, &p.store.last, &p.store.maxVersion); err != nil {
 		return err
