@@ -575,6 +575,10 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 // inside SQLite, this covers apps that set none.
 func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 	backoff := 5 * time.Millisecond
+	var busy error // the last SQLITE_BUSY seen, if any
+	locked := func() error {
+		return fmt.Errorf("drivesync: database stayed locked by another writer: %w (last error: %v)", ctx.Err(), busy)
+	}
 	for {
 		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
 		if err == nil {
@@ -584,12 +588,18 @@ func beginImmediate(ctx context.Context, conn *sql.Conn) error {
 		// did begin: never leave the connection inside a transaction.
 		endTx(conn)
 		if !sqliteerr.IsBusy(err) {
+			// A driver that interrupts its own wait when ctx ends reports
+			// the context, not the lock it was waiting for.
+			if busy != nil && ctx.Err() != nil {
+				return locked()
+			}
 			return err
 		}
+		busy = err
 		sleep := backoff/2 + rand.N(backoff)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("drivesync: database stayed locked by another writer: %w (last error: %v)", ctx.Err(), err)
+			return locked()
 		case <-time.After(sleep):
 		}
 		backoff = min(backoff*2, time.Second)

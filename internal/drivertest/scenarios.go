@@ -208,7 +208,9 @@ func testBusyDatabaseIsRetried(t *testing.T, d Driver) {
 		t.Fatal(err)
 	}
 	defer conn.ExecContext(context.Background(), "ROLLBACK")
-	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// Long enough that a loaded machine reaches the lock wait before the
+	// deadline; the lock is held until the test ends.
+	short, cancelShort := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancelShort()
 	_, err = eng.Sync(short)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "locked") {
