@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"github.com/google/uuid"
 )
 
@@ -26,7 +28,9 @@ func benchContent(i int) string {
 	return fmt.Sprintf(`{"title":"note %d","body":"a typical note body of a few dozen words, written by the user on one of their devices","tags":{"t1":true},"updated_at":"2026-11-22T10:00:00Z","deleted_at":null,"n":%d}`, i, i)
 }
 
-func openBenchDB(b *testing.B, remote Remote) (*sql.DB, *Engine) {
+// openBenchDB opens a benchmark's device on remote, encrypting with key
+// if one is given.
+func openBenchDB(b *testing.B, remote Remote, key ...Key) (*sql.DB, *Engine) {
 	b.Helper()
 	db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "bench.db")))
 	if err != nil {
@@ -36,7 +40,11 @@ func openBenchDB(b *testing.B, remote Remote) (*sql.DB, *Engine) {
 	if _, err := db.Exec(benchSchema); err != nil {
 		b.Fatal(err)
 	}
-	eng, err := Open(context.Background(), db, Config{Remote: remote, Tables: []Table{{Name: "notes"}}, TempDir: b.TempDir()})
+	cfg := Config{Remote: remote, Tables: []Table{{Name: "notes"}}, TempDir: b.TempDir()}
+	if len(key) > 0 {
+		cfg.Encryption = key[0]
+	}
+	eng, err := Open(context.Background(), db, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -249,4 +257,70 @@ func benchSync(b *testing.B, prepare func(b *testing.B, remote Remote, n int) *E
 			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 		})
 	}
+}
+
+// BenchmarkEncryptionOverhead syncs n new records from one device to
+// another through a folder, on a plain store and on an encrypted one (an
+// X25519 key) in the same iteration, and reports the encrypted side's
+// time over the plain side's, for the upload and for the apply, and the
+// bytes each left on the remote.
+func BenchmarkEncryptionOverhead(b *testing.B) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var up, apply [2]time.Duration
+			var size [2]int64
+			for b.Loop() {
+				b.StopTimer()
+				for i, key := range [][]Key{nil, {X25519Key(id)}} {
+					dir := b.TempDir()
+					remote, err := NewFolderRemote(dir)
+					if err != nil {
+						b.Fatal(err)
+					}
+					srcDB, src := openBenchDB(b, remote, key...)
+					_, dst := openBenchDB(b, remote, key...)
+					insertPlain(b, srcDB, "notes", n)
+					runtime.GC()
+					b.StartTimer()
+					start := time.Now()
+					r1, err1 := src.Sync(context.Background())
+					up[i] += time.Since(start)
+					start = time.Now()
+					r2, err2 := dst.Sync(context.Background())
+					apply[i] += time.Since(start)
+					b.StopTimer()
+					if err1 != nil || err2 != nil || r1.ChangesSent != n || r2.ChangesReceived != n {
+						b.Fatalf("sent %d, received %d of %d: %v, %v", r1.ChangesSent, r2.ChangesReceived, n, err1, err2)
+					}
+					size[i] = dirSize(b, dir)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(up[1])/float64(up[0]), "upload-x-plain")
+			b.ReportMetric(float64(apply[1])/float64(apply[0]), "apply-x-plain")
+			b.ReportMetric(float64(size[0]), "plain-bytes")
+			b.ReportMetric(float64(size[1]), "encrypted-bytes")
+		})
+	}
+}
+
+// dirSize returns the bytes of the files under dir.
+func dirSize(b *testing.B, dir string) (n int64) {
+	b.Helper()
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		n += fi.Size()
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

@@ -142,7 +142,7 @@ func (r rejection) Error() string { return r.err.Error() }
 // readHeader reads the header of a snapshot on the remote.
 func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, error) {
 	_, _, device, _ := parseFileName(name)
-	rc, err := s.e.cfg.Remote.Open(ctx, name)
+	rc, err := s.e.openFile(ctx, name)
 	if unreadableFile(ctx, err) {
 		return stateHeader{}, rejection{err}
 	}
@@ -346,11 +346,11 @@ func (f *fetcher) recoverForgotten(ctx context.Context) error {
 func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64) (stateHeader, error) {
 	e := f.e
 	_, _, device, _ := parseFileName(d.name)
-	if d.size > limit {
+	if e.listedOver(d, limit) {
 		f.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, limit))
 		return stateHeader{}, nil
 	}
-	rc, err := e.cfg.Remote.Open(ctx, d.name)
+	rc, err := e.openFile(ctx, d.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		if d.kind == kindMerge {
 			f.vanished(d)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"filippo.io/age"
 	"github.com/drivesync/drivesync/internal/merge"
 )
 
@@ -64,6 +65,19 @@ type Config struct {
 	// TempDir holds the engine's temporary files during a sync; empty
 	// means os.TempDir().
 	TempDir string
+
+	// Encryption, if set, encrypts and authenticates every file this
+	// device uploads (Passphrase, X25519Key). A store is encrypted or not
+	// from its creation, by the device that creates it; every device of
+	// an encrypted store needs its key, and Sync fails with ErrWrongKey
+	// until it has it.
+	Encryption Key
+	// PreviousKeys are keys the store used before Encryption, during a
+	// key change: they decrypt the files still encrypted with them, and
+	// the first Sync with a new Encryption key and its old key here adds
+	// the new key to the store. Drop them once a snapshot has replaced
+	// the old files (Engine.Snapshot, then compaction after Retention).
+	PreviousKeys []Key
 }
 
 // Table names one synced table.
@@ -176,6 +190,11 @@ type Engine struct {
 	idMu   sync.Mutex
 	sem    chan struct{}
 	closed atomic.Bool
+	// keys are the bound store's keys, set by each run's bind (nil for
+	// a plain store); derived caches the identities of keys, a
+	// passphrase's costing a second. Both belong to the running sync.
+	keys    *keyring
+	derived map[string]*age.X25519Identity
 }
 
 // Open prepares db for syncing and returns its Engine. It creates the
@@ -196,6 +215,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		return nil, errors.New("drivesync: Open: Config.Remote is nil: use NewFolderRemote or a Drive remote (or set Config.Server to sync through a server)")
 	case cfg.Remote != nil && cfg.Server != nil:
 		return nil, errors.New("drivesync: Open: both Config.Remote and Config.Server are set: a database syncs through one")
+	}
+	if cfg.Encryption != nil && cfg.Server != nil {
+		return nil, errors.New("drivesync: Open: Config.Encryption works with a Remote (folder, Drive, S3), not yet with a Config.Server, which merges the records it holds and must read them")
 	}
 	if len(cfg.Tables) == 0 {
 		return nil, errors.New("drivesync: Open: Config.Tables is empty: name the tables to sync")

@@ -58,6 +58,12 @@ var (
 	// planned). Nothing of it was applied; the changes stay pending, and
 	// the next Sync plans them again under the server's limits.
 	ErrServerRefused = errors.New("the sync server refused the push")
+	// ErrWrongKey stops a Sync whose key does not fit the store: the
+	// store is encrypted and Config.Encryption is unset or opens none of
+	// its key checks, the store is plain and Config.Encryption is set, or
+	// another device changed the store's key. Nothing was applied or
+	// uploaded. The app asks the user for the passphrase (or key) again.
+	ErrWrongKey = errors.New("the encryption key does not fit the store")
 )
 
 // Error describes a failure of one step of a sync.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync/internal/merge"
+	"github.com/drivesync/drivesync/internal/seal"
 	"github.com/google/uuid"
 )
 
@@ -192,11 +193,11 @@ const readAgainAt = ", read again at "
 // reason may have gone, because this app now reads other formats or the
 // store other limits, or because enough time has passed.
 func (f *fetcher) retryDue(k knownFile) bool {
-	if at, ok := strings.CutPrefix(k.reader, f.limits.key()+readAgainAt); ok {
+	if at, ok := strings.CutPrefix(k.reader, f.readerKey()+readAgainAt); ok {
 		t, err := time.Parse(time.RFC3339Nano, at)
 		return err != nil || !f.l.cursor.Before(t)
 	}
-	if k.reader != f.limits.key() {
+	if k.reader != f.readerKey() {
 		return true
 	}
 	wait := rejectRetryMax
@@ -222,11 +223,11 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 		return err
 	}
 	_, device, _ := parsePatchName(d.name)
-	if d.size > f.limits.MaxFileSize {
+	if e.listedOver(d, f.limits.MaxFileSize) {
 		f.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, f.limits.MaxFileSize))
 		return nil
 	}
-	rc, err := e.cfg.Remote.Open(ctx, d.name)
+	rc, err := e.openFile(ctx, d.name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.vanished(d)
@@ -324,12 +325,19 @@ func (f *fetcher) readFailed(ctx context.Context, d *downloaded, src *countingRe
 
 func (f *fetcher) reject(d *downloaded, err error) {
 	f.e.log.Warn("drivesync: rejected remote file", "file", d.name, "err", err)
-	r := rejectedFile{size: d.size, reader: f.limits.key()}
+	r := rejectedFile{size: d.size, reader: f.readerKey()}
 	if ahead := (*versionsAheadError)(nil); errors.As(err, &ahead) {
 		r.reader += readAgainAt + ahead.at.UTC().Format(time.RFC3339Nano)
 	}
 	f.out.rejected[d.name] = r
 	f.report.Rejected = append(f.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})
+}
+
+// readerKey says what a file was judged with: the store's limits and this
+// device's keys. A file rejected under other limits or keys is read again
+// at once: a key added since may open it.
+func (f *fetcher) readerKey() string {
+	return f.limits.key() + f.e.keys.id()
 }
 
 func classifyFileErr(err error) error {
@@ -338,6 +346,8 @@ func classifyFileErr(err error) error {
 		return err
 	case errors.Is(err, errTooLarge):
 		return fmt.Errorf("%w: %w", ErrFileTooLarge, err)
+	case errors.Is(err, seal.ErrSealed):
+		return fmt.Errorf("%w: %w: it was altered, truncated or renamed on the remote, or encrypted with a key this device does not have", ErrCorruptFile, err)
 	}
 	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
 }
@@ -353,7 +363,7 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	if err != nil && err != io.EOF && !errors.Is(err, errTooLarge) {
+	if err != nil && err != io.EOF && !errors.Is(err, errTooLarge) && !errors.Is(err, seal.ErrSealed) {
 		c.failed = err
 	}
 	return n, err

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha512"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/drivesync/drivesync/internal/drivefake"
 	"github.com/drivesync/drivesync/internal/merge"
+	"github.com/drivesync/drivesync/internal/seal"
 )
 
 // The reliability harness: random multi-device schedules of app writes
@@ -261,14 +264,19 @@ type harnessRemote struct {
 }
 
 type world struct {
-	mem    *MemoryRemote
-	drive  *drivefake.Server // set when the devices use Drive
-	ext    HarnessStore      // set when the devices use an external backend
-	server bool              // ext is a HarnessServerStore: the devices sync through a Server
-	rng    *rand.Rand
-	mu     sync.Mutex
-	faults bool
-	folder bool // devices' clocks disagree; List ignores since
+	// keys are the devices' Config.Encryption and PreviousKeys in a
+	// schedule of an encrypted store (nil otherwise); rotateAt is the
+	// step at which every device changes to a new key, -1 for none.
+	keys     []Key
+	rotateAt int
+	mem      *MemoryRemote
+	drive    *drivefake.Server // set when the devices use Drive
+	ext      HarnessStore      // set when the devices use an external backend
+	server   bool              // ext is a HarnessServerStore: the devices sync through a Server
+	rng      *rand.Rand
+	mu       sync.Mutex
+	faults   bool
+	folder   bool // devices' clocks disagree; List ignores since
 	// hidden[device][name]: the file stays invisible to that device's
 	// next few listings, within maxLag of its creation.
 	hidden map[string]map[string]hiddenFile
@@ -437,6 +445,12 @@ func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, e
 	}
 	switch dm.how {
 	case damageNewer:
+		if w.keys != nil {
+			// An encrypted file changed by one byte.
+			count("fault file read with a byte changed (encrypted)")
+			b[len(b)/2] ^= 0x20
+			return io.NopCloser(bytes.NewReader(b)), nil
+		}
 		count("fault file read as a newer format")
 		return io.NopCloser(bytes.NewReader(newerFormat(b))), nil
 	case damageDenied:
@@ -477,11 +491,15 @@ func (r *harnessRemote) Create(ctx context.Context, name string, content io.Read
 	if r.w.roll("create fails before", 0.05) {
 		return errFault
 	}
-	if err := r.base.Create(ctx, name, content); err != nil {
+	counted := &countingReader{r: content}
+	if err := r.base.Create(ctx, name, counted); err != nil {
 		return err
 	}
 	if strings.Contains(name, "/patch_") {
 		r.patches.Add(1)
+		if lim := r.w.limits.MaxFileSize; lim > 0 && counted.n > lim*3/4 {
+			count("patch file filled past 3/4 of a small MaxFileSize")
+		}
 	}
 	r.w.damage(r.device, name)
 	if strings.Contains(name, "/snapshot_") {
@@ -917,9 +935,33 @@ func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
 	zw := gzip.NewWriter(&buf)
 	zw.Write([]byte(body))
 	zw.Close()
+	content := buf.Bytes()
+	if w.keys != nil {
+		// The writer holds the store's key: what it writes is as valid
+		// as a device's file but for its versions.
+		var store string
+		devs[0].db.QueryRow(`SELECT value FROM sync_meta WHERE key = 'store'`).Scan(&store)
+		if store == "" {
+			return
+		}
+		w.mu.Lock()
+		pass := string(w.keys[0].(passphraseKey))
+		w.mu.Unlock()
+		id, err := seal.PassphraseIdentity(pass, store, passphraseWork)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		sealed, err := seal.Encrypt(bytes.NewReader(content), name, id.Recipient())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if content, err = io.ReadAll(sealed); err != nil {
+			rt.Fatal(err)
+		}
+	}
 	var err error
 	for range 10 { // past the fake Drive's injected faults
-		if err = devs[0].remote.base.Create(context.Background(), name, bytes.NewReader(buf.Bytes())); err == nil || errors.Is(err, fs.ErrExist) {
+		if err = devs[0].remote.base.Create(context.Background(), name, bytes.NewReader(content)); err == nil || errors.Is(err, fs.ErrExist) {
 			break
 		}
 	}
@@ -1155,6 +1197,12 @@ func (m *model) writeOp(rt *rapid.T, d *hdevice, label, id string, op int) (cont
 	cur, exists := d.local(rt, id)
 	d.seq++
 	val := fmt.Sprintf("%s#%d", d.name, d.seq)
+	if l := d.remote.w.limits; l.MaxFileSize > 0 && l.MaxFileSize < l.MaxExpandedSize {
+		// Values that barely compress fill files up to the compressed
+		// limit.
+		sum := sha512.Sum512([]byte(val))
+		val += "~" + hex.EncodeToString(sum[:48])
+	}
 	written := map[string]string{}
 	ops := 9
 	if exists && m.batches {
@@ -1291,6 +1339,12 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 	smallLimits := rapid.IntRange(0, 3).Draw(rt, "smallLimits") == 0
 	if smallLimits {
 		w.limits = Limits{MaxRecordSize: 1024, MaxExpandedSize: 1536, MaxFileSize: 1536}
+		if rapid.Bool().Draw(rt, "compressedLimit") {
+			// The compressed size binds: files fill up to it, and an
+			// encrypted file is larger than what it holds.
+			w.limits.MaxExpandedSize, w.limits.MaxFileSize = 64<<10, 1024
+			count("schedules whose compressed file limit binds")
+		}
 		count("schedules with a small record limit")
 		rt.Logf("store record limit %d", w.limits.MaxRecordSize)
 	}
@@ -1320,6 +1374,16 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		}
 	default:
 		w.folder = rapid.Bool().Draw(rt, "folder")
+	}
+	// A quarter of the file schedules run an encrypted store; half of
+	// those change its key in the middle.
+	w.rotateAt = -1
+	if !w.server && rapid.IntRange(0, 3).Draw(rt, "encrypted") == 0 {
+		w.keys = []Key{Passphrase("harness key 1")}
+		count("schedules of an encrypted store")
+		if rapid.Bool().Draw(rt, "rotate") {
+			w.rotateAt = rapid.IntRange(0, 30).Draw(rt, "rotateAt")
+		}
 	}
 	var devs []*hdevice
 	defer func() {
@@ -1390,6 +1454,9 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		d := &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
 		d.remote = &harnessRemote{w: w, base: base, device: name, skew: skew}
 		d.cfg = Config{Remote: d.remote, Tables: harnessTables(false), DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
+		if w.keys != nil {
+			d.cfg.Encryption, d.cfg.PreviousKeys = w.keys[0], w.keys[1:]
+		}
 		if srv != nil {
 			d.cfg.Remote, d.cfg.Server = nil, &harnessServer{r: d.remote, base: srv}
 		}
@@ -1441,6 +1508,21 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 	joined, offlineDone := 0, rapid.IntRange(0, 2).Draw(rt, "offlineSchedule") != 0
 	steps := rapid.IntRange(5, 40).Draw(rt, "steps")
 	for i := range steps {
+		if i == w.rotateAt {
+			// Every device changes to a new key at once, the old one kept
+			// to read the files encrypted with it.
+			w.mu.Lock()
+			w.keys = []Key{Passphrase("harness key 2"), w.keys[0]}
+			w.mu.Unlock()
+			for _, d := range devs {
+				d.cfg.Encryption, d.cfg.PreviousKeys = w.keys[0], w.keys[1:]
+				if d.eng != nil {
+					d.openEngine(rt)
+				}
+			}
+			count("key changed mid-schedule")
+			rt.Logf("every device changes to a new key")
+		}
 		d := devs[rapid.IntRange(0, len(devs)-1).Draw(rt, "device")]
 		label := fmt.Sprint(i)
 		if w.drive != nil && w.rng.Float64() < 0.3 {

@@ -19,10 +19,13 @@ import (
 // Sync with ErrRemoteChanged instead of looking like a store where every
 // record was deleted; JoinRemote and StartFresh are the app's answers.
 
-// The marker: drivesync.json at the remote's root.
+// The marker: drivesync.json at the remote's root. Format 2 is the
+// marker of an encrypted store: an app that reads only format 1 would
+// ignore its encryption and upload plain files, so it must refuse it.
+// Plain stores keep format 1.
 const (
 	markerName   = "drivesync.json"
-	markerFormat = 1
+	markerFormat = 2
 	maxMarker    = 64 << 10
 )
 
@@ -33,6 +36,8 @@ type marker struct {
 	// Limits are the store's (see Limits); a marker without them has
 	// the defaults.
 	Limits *markerLimits `json:"limits,omitempty"`
+	// Encryption is set on an encrypted store (see encryption.go).
+	Encryption *markerEncryption `json:"encryption,omitempty"`
 }
 
 type markerLimits struct {
@@ -83,16 +88,31 @@ func readMarker(ctx context.Context, r Remote) (m marker, found bool, err error)
 	if _, err := m.limits(); err != nil {
 		return m, true, &Error{Op: "read marker", File: markerName, Err: err}
 	}
+	if m.Encryption != nil {
+		if err := m.Encryption.valid(); err != nil {
+			return m, true, &Error{Op: "read marker", File: markerName, Err: err}
+		}
+	}
 	return m, true, nil
 }
 
-// writeMarker creates the marker of a new store with limits l.
-func writeMarker(ctx context.Context, r Remote, store string, created time.Time, l Limits) error {
-	b, _ := json.Marshal(marker{Format: markerFormat, Store: store, Created: created.UTC(), Limits: &markerLimits{
+// writeMarker creates the marker of a new store with this device's limits
+// and encryption.
+func (e *Engine) writeMarker(ctx context.Context, store string, created time.Time) error {
+	l := e.cfg.Limits
+	m := marker{Format: 1, Store: store, Created: created.UTC(), Limits: &markerLimits{
 		MaxFileSize: l.MaxFileSize, MaxExpandedSize: l.MaxExpandedSize, MaxRecordSize: l.MaxRecordSize,
 		MaxSnapshotSize: l.MaxSnapshotSize, MaxHeldFiles: l.MaxHeldFiles,
-	}})
-	return r.Create(ctx, markerName, strings.NewReader(string(b)+"\n"))
+	}}
+	var err error
+	if m.Encryption, err = e.newMarkerEncryption(store); err != nil {
+		return &Error{Op: "write marker", Err: fmt.Errorf("Config.Encryption: %w", err)}
+	}
+	if m.Encryption != nil {
+		m.Format = 2
+	}
+	b, _ := json.Marshal(m)
+	return e.cfg.Remote.Create(ctx, markerName, strings.NewReader(string(b)+"\n"))
 }
 
 // bind checks that the remote holds the store this database syncs with,
@@ -165,7 +185,7 @@ func (s *syncRun) bind(ctx context.Context, l *listing) (rebound bool, err error
 		return false, &Error{Op: "sync", File: markerName, Err: fmt.Errorf("%w: the remote has no %s: it was emptied, or it is another folder or account than the one store %s lives in. Nothing local was changed or deleted. Point the app back at the right remote, or call StartFresh to upload this database's data there as a new store", ErrRemoteChanged, markerName, bound)}
 	default:
 		m = marker{Store: newStoreID(), Created: l.cursor}
-		err = writeMarker(ctx, e.cfg.Remote, m.Store, m.Created, e.cfg.Limits)
+		err = e.writeMarker(ctx, m.Store, m.Created)
 		if errors.Is(err, fs.ErrExist) { // another device created it since we looked
 			if m, found, err = readMarker(ctx, e.cfg.Remote); err == nil && !found {
 				err = fmt.Errorf("%w: the marker exists but cannot be read; sync again", ErrRemote)
@@ -183,12 +203,16 @@ func (s *syncRun) bind(ctx context.Context, l *listing) (rebound bool, err error
 		set = append(set, metaStore, m.Store, metaStoreClaim, l.cursor.UTC().Format(time.RFC3339Nano))
 	}
 	s.store = m.Store
-	if m.Limits == nil && m.Format == 0 {
+	own := m.Limits == nil && m.Format == 0
+	if own {
 		// The marker this device just wrote, or the one it wrote moments
 		// ago and cannot list yet: this device's limits are the store's.
 		s.limits = e.cfg.Limits
 	} else if s.limits, err = m.limits(); err != nil {
 		return false, &Error{Op: "read marker", File: markerName, Err: err}
+	}
+	if err := s.bindKeys(ctx, m, own, l); err != nil {
+		return false, err
 	}
 	if last == "" && !m.Created.IsZero() {
 		// A store's first snapshot is due in the month after it began.
@@ -282,7 +306,7 @@ func (e *Engine) StartFresh(ctx context.Context) (Report, error) {
 			return remoteErr("start fresh", "", err)
 		}
 		store := newStoreID()
-		if err := writeMarker(ctx, e.cfg.Remote, store, now, e.cfg.Limits); err != nil {
+		if err := e.writeMarker(ctx, store, now); err != nil {
 			return remoteErr("start fresh", markerName, err)
 		}
 		if err := s.rebind(ctx, store, false); err != nil {
@@ -310,7 +334,7 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if join {
 			j = "1"
 		}
-		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}} {
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}} {
 			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
 				return err
 			}

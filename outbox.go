@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drivesync/drivesync/internal/merge"
+	"github.com/drivesync/drivesync/internal/seal"
 )
 
 // The publish phase, and the outbox that makes publishing a patch file
@@ -125,7 +126,7 @@ func (r *outboxReader) Seek(offset int64, whence int) (int64, error) {
 // remoteMatchesOutbox reports whether the remote file of that name holds
 // exactly the stored upload.
 func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, error) {
-	rc, err := s.e.cfg.Remote.Open(ctx, name)
+	rc, err := s.e.openFile(ctx, name)
 	if err != nil {
 		return false, err
 	}
@@ -138,6 +139,8 @@ func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, e
 		switch {
 		case errA == io.EOF && errB == io.EOF:
 			return true, nil
+		case errors.Is(errB, seal.ErrSealed):
+			return false, nil // not a file this device sealed under that name
 		case errB != nil && errB != io.EOF:
 			return false, errB
 		case errA != nil && errA != io.EOF:
@@ -186,7 +189,7 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		err = e.cfg.Remote.Create(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
+		err = e.createFile(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
 		if errors.Is(err, fs.ErrExist) {
 			// Published by the earlier sync, or another file of that
 			// name: only the same bytes prove the former.
@@ -410,7 +413,7 @@ func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 		if _, err := up.f.Seek(0, io.SeekStart); err != nil {
 			return &Error{Op: "upload", File: up.name, Err: err}
 		}
-		err := s.e.cfg.Remote.Create(ctx, up.name, up.f)
+		err := s.e.createFile(ctx, up.name, up.f)
 		if err == nil {
 			return nil
 		}

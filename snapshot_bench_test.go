@@ -3,12 +3,16 @@ package drivesync
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
+
+	"filippo.io/age"
+	"github.com/drivesync/drivesync/internal/seal"
 )
 
 // Snapshot benchmarks. The issue's goal: bootstrapping a new device from
@@ -50,14 +54,14 @@ func (r *laterRemote) Now(ctx context.Context) (time.Time, error) {
 // and then wrote a snapshot of, an hour later by the remote's clock, so
 // that the snapshot covers the patch file: a device that bootstraps from
 // it downloads the snapshot alone.
-func snapshotSource(b *testing.B, n int) (remote Remote, snapshot string) {
+func snapshotSource(b *testing.B, n int, key ...Key) (remote Remote, snapshot string) {
 	b.Helper()
 	folder, err := NewFolderRemote(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
 	r := &laterRemote{FolderRemote: folder}
-	db, eng := openBenchDB(b, r)
+	db, eng := openBenchDB(b, r, key...)
 	insertPlain(b, db, "notes", n)
 	if rep, err := eng.Sync(context.Background()); err != nil || rep.ChangesSent != n {
 		b.Fatalf("device A sent %d of %d changes, err %v", rep.ChangesSent, n, err)
@@ -74,41 +78,65 @@ func snapshotSource(b *testing.B, n int) (remote Remote, snapshot string) {
 // from a remote holding a snapshot of n records, against plainly
 // inserting n rows in one transaction into an identical table of a fresh
 // database, and samples the peak heap during the sync.
+//
+// The encrypted cases do the same on an encrypted store (an X25519 key:
+// a passphrase adds one scrypt per engine).
 func BenchmarkSnapshotBootstrap(b *testing.B) {
 	for _, n := range snapshotBenchSizes() {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			remote, snapshot := snapshotSource(b, n)
-			var syncT, plainT time.Duration
-			var peak uint64
-			for b.Loop() {
-				b.StopTimer()
-				db, eng := openBenchDB(b, remote)
-				plainT += insertPlain(b, openPlainDB(b), "plain", n)
-				runtime.GC()
-				b.StartTimer()
-				stop := heapPeak()
-				start := time.Now()
-				r, err := eng.Sync(context.Background())
-				syncT += time.Since(start)
-				peak = max(peak, stop())
-				b.StopTimer()
-				if err != nil || r.ChangesReceived != n || !slices.Equal(r.Downloaded, []string{snapshot}) {
-					b.Fatalf("bootstrap received %d of %d changes from %q (want only %s), err %v", r.ChangesReceived, n, r.Downloaded, snapshot, err)
-				}
-				var rows, titled, states int
-				if err := db.QueryRow(`SELECT count(*), count(title), (SELECT count(*) FROM sync_states) FROM notes`).Scan(&rows, &titled, &states); err != nil {
-					b.Fatal(err)
-				}
-				if rows != n || titled != n || states != n {
-					b.Fatalf("after bootstrap: %d rows (%d with their title), %d states; want %d", rows, titled, states, n)
-				}
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(syncT)/float64(plainT), "x_plain")
-			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
-			b.ReportMetric(plainT.Seconds()/float64(b.N), "plain-s/op")
-		})
+		for _, key := range benchKeys() {
+			b.Run(fmt.Sprint(n)+key.name, func(b *testing.B) {
+				benchBootstrap(b, n, key.key...)
+			})
+		}
 	}
+}
+
+// benchKey is a benchmark's case: a plain store (no key) or an encrypted
+// one.
+type benchKey struct {
+	name string
+	key  []Key
+}
+
+func benchKeys() []benchKey {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		panic(err)
+	}
+	return []benchKey{{"", nil}, {"/encrypted", []Key{X25519Key(id)}}}
+}
+
+func benchBootstrap(b *testing.B, n int, key ...Key) {
+	remote, snapshot := snapshotSource(b, n, key...)
+	var syncT, plainT time.Duration
+	var peak uint64
+	for b.Loop() {
+		b.StopTimer()
+		db, eng := openBenchDB(b, remote, key...)
+		plainT += insertPlain(b, openPlainDB(b), "plain", n)
+		runtime.GC()
+		b.StartTimer()
+		stop := heapPeak()
+		start := time.Now()
+		r, err := eng.Sync(context.Background())
+		syncT += time.Since(start)
+		peak = max(peak, stop())
+		b.StopTimer()
+		if err != nil || r.ChangesReceived != n || !slices.Equal(r.Downloaded, []string{snapshot}) {
+			b.Fatalf("bootstrap received %d of %d changes from %q (want only %s), err %v", r.ChangesReceived, n, r.Downloaded, snapshot, err)
+		}
+		var rows, titled, states int
+		if err := db.QueryRow(`SELECT count(*), count(title), (SELECT count(*) FROM sync_states) FROM notes`).Scan(&rows, &titled, &states); err != nil {
+			b.Fatal(err)
+		}
+		if rows != n || titled != n || states != n {
+			b.Fatalf("after bootstrap: %d rows (%d with their title), %d states; want %d", rows, titled, states, n)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(syncT)/float64(plainT), "x_plain")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+	b.ReportMetric(plainT.Seconds()/float64(b.N), "plain-s/op")
 }
 
 // BenchmarkSnapshotWrite times Engine.Snapshot (a sync with nothing to
@@ -118,57 +146,67 @@ func BenchmarkSnapshotBootstrap(b *testing.B) {
 // during it.
 func BenchmarkSnapshotWrite(b *testing.B) {
 	for _, n := range snapshotBenchSizes() {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			dir := b.TempDir()
-			remote, err := NewFolderRemote(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
-			db, eng := openBenchDB(b, remote)
-			insertPlain(b, db, "notes", n)
-			if r, err := eng.Sync(context.Background()); err != nil || r.ChangesSent != n {
-				b.Fatalf("sent %d of %d changes, err %v", r.ChangesSent, n, err)
-			}
-			var snapT, plainT time.Duration
-			var peak uint64
-			var size int64
-			for b.Loop() {
-				b.StopTimer()
-				plainT += insertPlain(b, openPlainDB(b), "plain", n)
-				runtime.GC()
-				b.StartTimer()
-				stop := heapPeak()
-				start := time.Now()
-				r, err := eng.Snapshot(context.Background())
-				snapT += time.Since(start)
-				peak = max(peak, stop())
-				b.StopTimer()
-				if err != nil || r.Snapshot == "" {
-					b.Fatalf("wrote snapshot %q, err %v", r.Snapshot, err)
-				}
-				size = snapshotRecords(b, dir, r.Snapshot, n)
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(snapT)/float64(plainT), "x_plain")
-			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
-			b.ReportMetric(plainT.Seconds()/float64(b.N), "plain-s/op")
-			b.ReportMetric(float64(size)/(1<<20), "snapshot-MB")
-		})
+		for _, key := range benchKeys() {
+			b.Run(fmt.Sprint(n)+key.name, func(b *testing.B) {
+				benchSnapshotWrite(b, n, key.key...)
+			})
+		}
 	}
+}
+
+func benchSnapshotWrite(b *testing.B, n int, key ...Key) {
+	dir := b.TempDir()
+	remote, err := NewFolderRemote(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, eng := openBenchDB(b, remote, key...)
+	insertPlain(b, db, "notes", n)
+	if r, err := eng.Sync(context.Background()); err != nil || r.ChangesSent != n {
+		b.Fatalf("sent %d of %d changes, err %v", r.ChangesSent, n, err)
+	}
+	var snapT, plainT time.Duration
+	var peak uint64
+	var size int64
+	for b.Loop() {
+		b.StopTimer()
+		plainT += insertPlain(b, openPlainDB(b), "plain", n)
+		runtime.GC()
+		b.StartTimer()
+		stop := heapPeak()
+		start := time.Now()
+		r, err := eng.Snapshot(context.Background())
+		snapT += time.Since(start)
+		peak = max(peak, stop())
+		b.StopTimer()
+		if err != nil || r.Snapshot == "" {
+			b.Fatalf("wrote snapshot %q, err %v", r.Snapshot, err)
+		}
+		size = snapshotRecords(b, dir, r.Snapshot, n, eng)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(snapT)/float64(plainT), "x_plain")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+	b.ReportMetric(plainT.Seconds()/float64(b.N), "plain-s/op")
+	b.ReportMetric(float64(size)/(1<<20), "snapshot-MB")
 }
 
 // snapshotRecords checks that the snapshot name in the folder dir holds
 // want records, and returns its size.
-func snapshotRecords(b *testing.B, dir, name string, want int) (size int64) {
+func snapshotRecords(b *testing.B, dir, name string, want int, eng *Engine) (size int64) {
 	b.Helper()
 	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(name)))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
+	var r io.Reader = f
+	if eng.keys != nil {
+		r = seal.Decrypt(f, name, eng.keys.read)
+	}
 	_, _, device, _ := parseFileName(name)
 	records := 0
-	_, err = decodeStateFile(f, device, Limits{}.withDefaults(), func(fileChange) error {
+	_, err = decodeStateFile(r, device, Limits{}.withDefaults(), func(fileChange) error {
 		records++
 		return nil
 	})

@@ -122,6 +122,7 @@ const (
 	metaUploads      = "uploads_since" // remote time sync_uploaded began: older files are not judged
 	metaServerCursor = "server_cursor" // where the next pull from a Server starts
 	metaRemoteID     = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
+	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
 	schemaVersion    = "2"
 )
 
