@@ -92,7 +92,10 @@ func (s *applier) apply(ctx context.Context) error {
 		return err
 	}
 	for i, d := range s.f.files {
-		err := d.spool.each(func(c fileChange) error { return s.applyReceived(ctx, c) })
+		err := d.spool.each(func(c fileChange) error {
+			e.progressRecords(1)
+			return s.applyReceived(ctx, c)
+		})
 		if err != nil {
 			return err
 		}
@@ -120,6 +123,9 @@ func (s *applier) apply(ctx context.Context) error {
 		}
 	}
 	if err := s.recordFiles(ctx); err != nil {
+		return err
+	}
+	if err := s.trimConflicts(ctx); err != nil {
 		return err
 	}
 	_, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
@@ -232,7 +238,13 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 	if t != nil && t.appendOnly {
 		// Whether or not its stamp wins, a payload unlike the row held
 		// is a conflict (see keepImmutable).
-		if err := s.rowResult(t, c.record, t.receivedImmutable(ctx, s, c)); err != nil {
+		err := t.receivedImmutable(ctx, s, c)
+		if errors.Is(err, ErrImmutableConflict) && !c.deleted {
+			if err := s.logImmutable(ctx, t, c); err != nil {
+				return err
+			}
+		}
+		if err := s.rowResult(t, c.record, err); err != nil {
 			return err
 		}
 	}
@@ -745,7 +757,20 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 		return nil, nil, err
 	}
 	before = st.data
-	return st, before, s.mergeChange(ctx, st, c, device)
+	// Another device's write over values it had not seen: the conflict
+	// log keeps those it overwrites.
+	var cands []overwritten
+	if c.clock == nil && !c.deleted && c.seen != nil && device != s.e.deviceID && st.node.Exists() {
+		if seen := parseSeen(c.seen); seen != nil {
+			if p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true}); err == nil {
+				cands = overwrites(st.node, p, seen, device)
+			}
+		}
+	}
+	if err := s.mergeChange(ctx, st, c, device); err != nil {
+		return nil, nil, err
+	}
+	return st, before, s.logConflicts(ctx, c, st.node, cands)
 }
 
 // createState stores the state c alone gives, if the record has none

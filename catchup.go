@@ -373,7 +373,7 @@ func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	}
 	var maxV int64
 	var spoolErr error
-	src := &countingReader{r: &limitedReader{r: rc, n: limit, what: "compressed file"}}
+	src := &countingReader{r: &limitedReader{r: progressReader{rc, e}, n: limit, what: "compressed file"}}
 	h, err := decodeStateFile(src, device, f.limits, func(c fileChange) error {
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)

@@ -407,15 +407,19 @@ func (e *Engine) openFile(ctx context.Context, name string) (io.ReadCloser, erro
 
 // createFile creates a store file, encrypted if the store is.
 func (e *Engine) createFile(ctx context.Context, name string, content io.Reader) error {
-	if e.cfg.Encryption == nil {
-		return e.cfg.Remote.Create(ctx, name, content)
+	if e.cfg.Encryption != nil {
+		if e.keys == nil {
+			return errors.New("drivesync: internal error: a file written before the store's keys were bound")
+		}
+		var err error
+		if content, err = seal.Encrypt(content, name, e.keys.write.Recipient()); err != nil {
+			return err
+		}
 	}
-	if e.keys == nil {
-		return errors.New("drivesync: internal error: a file written before the store's keys were bound")
+	counted := &countingReader{r: content}
+	err := e.cfg.Remote.Create(ctx, name, counted)
+	if err == nil {
+		e.uploaded += counted.n
 	}
-	r, err := seal.Encrypt(content, name, e.keys.write.Recipient())
-	if err != nil {
-		return err
-	}
-	return e.cfg.Remote.Create(ctx, name, r)
+	return err
 }

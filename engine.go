@@ -44,8 +44,9 @@ type Config struct {
 	DeviceID string
 	// Logger receives the engine's log; nil discards it.
 	Logger *slog.Logger
-	// Progress, if set, is called as a sync moves through its steps.
-	// It runs on the syncing goroutine: keep it quick.
+	// Progress, if set, is called as a sync moves through its steps
+	// (see Progress), at most about 20 times a second. It runs on the
+	// syncing goroutine: keep it quick.
 	Progress func(Progress)
 
 	// ListOverlap overrides DefaultListOverlap.
@@ -105,13 +106,6 @@ type Table struct {
 	// Merge sets the merge rule of some columns of an ordinary table;
 	// the others merge by MergeLastWriter.
 	Merge map[string]MergeRule
-}
-
-// Progress reports how far a sync has come.
-type Progress struct {
-	Step  string // "list", "download", "upload" or "apply"
-	Done  int    // files done in this step
-	Total int    // files in this step
 }
 
 // Report says what one Sync did.
@@ -195,6 +189,10 @@ type Engine struct {
 	// passphrase's costing a second. Both belong to the running sync.
 	keys    *keyring
 	derived map[string]*age.X25519Identity
+	// uploaded counts the bytes the running sync uploaded, for Status;
+	// meter paces its progress updates.
+	uploaded int64
+	meter    meter
 }
 
 // Open prepares db for syncing and returns its Engine. It creates the
@@ -490,10 +488,4 @@ func (e *Engine) Close() error {
 	e.sem <- struct{}{} // wait for a running sync
 	<-e.sem
 	return nil
-}
-
-func (e *Engine) progress(step string, done, total int) {
-	if e.cfg.Progress != nil {
-		e.cfg.Progress(Progress{Step: step, Done: done, Total: total})
-	}
 }

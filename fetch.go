@@ -135,6 +135,16 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 	if err := f.chooseSnapshots(ctx, snaps); err != nil {
 		return nil, err
 	}
+	var total int64
+	for _, d := range f.download {
+		if d.size < 0 {
+			total = 0
+			break
+		}
+		total += d.size
+	}
+	s.e.progress("download", 0, len(f.download))
+	s.e.progressTotalBytes(total)
 	for i, d := range f.download {
 		s.e.progress("download", i, len(f.download))
 		if err := f.fetchFile(ctx, d); err != nil {
@@ -245,7 +255,7 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	var maxV int64
 	var spoolErr error
-	src := &countingReader{r: &limitedReader{r: rc, n: f.limits.MaxFileSize, what: "compressed file"}}
+	src := &countingReader{r: &limitedReader{r: progressReader{rc, e}, n: f.limits.MaxFileSize, what: "compressed file"}}
 	err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)

@@ -144,6 +144,10 @@ type fileEntry struct {
 	// Reset (format 3, with Replaces): the newest write or delete of the
 	// record its writer had seen; only writes up to it are gone.
 	Reset *entryStamp `json:"reset,omitempty"`
+	// Seen (any format, optional): what the writer's synced state held at
+	// the paths it writes, for the conflict log (see conflicts.go).
+	// Readers that do not know it merge alike.
+	Seen json.RawMessage `json:"seen,omitempty"`
 }
 
 type entryStamp struct {
@@ -207,6 +211,10 @@ func (pw *patchWriter) entry(b []byte, c fileChange) []byte {
 	b = append(b, `,"patch":`...)
 	b = append(b, patch...)
 	b = fmt.Appendf(b, `,"is_deleted":%t,"sync_version":%d`, deleted, version)
+	if c.seen != nil {
+		b = append(b, `,"seen":`...)
+		b = append(b, c.seen...)
+	}
 	if c.flags&changeReplaces != 0 {
 		b = append(b, `,"replaces":true`...)
 		if c.reset.Version > 0 {
@@ -504,6 +512,8 @@ type fileChange struct {
 	// base, own plan only: what the app's row held when the plan read it
 	// (nil: no row), the base of the app's writes during the sync.
 	base []byte
+	// seen, for a write: its "seen" list (nil: unknown; see conflicts.go).
+	seen []byte
 }
 
 const (
@@ -679,6 +689,9 @@ func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
 		return fileChange{}, fmt.Errorf("patch of %s/%s: %w", e.Table, e.Record, err)
 	}
 	c.patch = jsonv.Encode(p)
+	if len(e.Seen) > 0 && len(e.Seen) <= maxSeen {
+		c.seen = e.Seen // read when applied; one that cannot be read logs nothing
+	}
 	return c, nil
 }
 
@@ -721,7 +734,7 @@ func (s *spool) add(c fileChange) error {
 	b = binary.AppendUvarint(b, uint64(c.reset.Version))
 	b = binary.AppendUvarint(b, uint64(len(c.reset.Device)))
 	b = append(b, c.reset.Device...)
-	for _, opt := range [][]byte{c.clock, c.base} {
+	for _, opt := range [][]byte{c.clock, c.base, c.seen} {
 		if opt == nil {
 			b = append(b, 0)
 			continue
@@ -791,7 +804,7 @@ func (s *spool) each(fn func(fileChange) error) error {
 		if c.reset.Device, err = str(); err != nil {
 			return fmt.Errorf("drivesync: read spool: %w", err)
 		}
-		for _, opt := range []*[]byte{&c.clock, &c.base} {
+		for _, opt := range []*[]byte{&c.clock, &c.base, &c.seen} {
 			n, err := binary.ReadUvarint(r)
 			if err != nil {
 				return fmt.Errorf("drivesync: read spool: %w", err)

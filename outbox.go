@@ -346,6 +346,14 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	if err := s.reserve(ctx, p, now); err != nil {
 		return err
 	}
+	e.progress("upload", 0, len(p.uploads))
+	var total int64
+	for _, up := range p.uploads {
+		if fi, err := up.f.Stat(); err == nil {
+			total += fi.Size()
+		}
+	}
+	e.progressTotalBytes(total)
 	for i, up := range p.uploads {
 		e.progress("upload", i, len(p.uploads))
 		if err := s.uploadOne(ctx, up); err != nil {
@@ -413,7 +421,7 @@ func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 		if _, err := up.f.Seek(0, io.SeekStart); err != nil {
 			return &Error{Op: "upload", File: up.name, Err: err}
 		}
-		err := s.e.createFile(ctx, up.name, up.f)
+		err := s.e.createFile(ctx, up.name, progressReader{up.f, s.e})
 		if err == nil {
 			return nil
 		}

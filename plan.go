@@ -152,7 +152,7 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 // writes them (then a sync need not rewrite it), and its synced state.
 func (t *tableInfo) pendingSQL() string {
 	if t.ordinary {
-		return `SELECT p.record_id, s.record_data, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
+		return `SELECT p.record_id, s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
 	u.record_id IS NOT NULL, u.base
 FROM sync_pending_changes p
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
@@ -171,7 +171,7 @@ ORDER BY p.record_id`
 	return fmt.Sprintf(`SELECT p.record_id, c.id IS NOT NULL,
 	CASE WHEN typeof(c.content) = 'text' THEN c.content WHEN %[1]s THEN json(c.content) END,
 	CASE WHEN %[1]s THEN %[2]s ELSE 0 END,
-	s.record_data, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
+	s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
 	u.record_id IS NOT NULL, u.base
 FROM sync_pending_changes p
 LEFT JOIN %[3]s c ON c.id = p.record_id
@@ -185,9 +185,9 @@ ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
 // into r. An ordinary table's row is read by its key, through r.
 func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows, r *pendingRow) error {
 	if !t.ordinary {
-		return rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
+		return rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
 	}
-	if err := rows.Scan(&r.id, &r.synced, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
+	if err := rows.Scan(&r.id, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
 		return err
 	}
 	if !utf8.ValidString(r.id) {
@@ -221,6 +221,7 @@ type pendingRow struct {
 	content       sql.NullString // the app's row as JSON text; NULL if none or not valid JSON
 	rowCanonical  bool           // the row holds content and projections as the engine writes them
 	synced        sql.NullString // the synced state's content, if any
+	clock         sql.NullString // and its clock
 	syncedDeleted bool
 	syncedNewest  merge.Stamp // the synced state's newest write or delete
 	// refused: the app's constraints refused the engine's last write of
@@ -502,6 +503,9 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c f
 		default:
 			if d := merge.Diff(*old, cur); len(d.Members) > 0 {
 				c.patch = jsonv.Encode(d)
+				if n, err := merge.DecodeState(*old, []byte(p.clock.String), false); err == nil {
+					c.seen = seenList(n, d)
+				}
 			} else {
 				c.flags |= planNoop
 			}
@@ -632,6 +636,13 @@ func (s *syncRun) place(p *plan, open map[int]*upload, writes []fileChange, entr
 		case fits:
 			up.sent += len(writes)
 			return false, nil
+		case up.pw.n == 0 && slices.ContainsFunc(writes, func(w fileChange) bool { return w.seen != nil }):
+			// Too large for an empty file with what its writer had seen
+			// (see conflicts.go): the change goes without it.
+			for i := range writes {
+				writes[i].seen = nil
+			}
+			continue
 		case up.pw.n == 0:
 			return true, nil
 		}

@@ -419,6 +419,7 @@ func (s *syncRun) compact(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", remoteErr("compact", "", err)
 	}
+	s.noteRemoteSize(files)
 	// The authority must be readable by every device: a snapshot this
 	// device read whole (or wrote), or one whose writer read it back under
 	// the store's limits before uploading it (its header says so). A

@@ -99,6 +99,19 @@ CREATE TABLE IF NOT EXISTS sync_unwritten (
 	base TEXT, -- the content the app's row still shows (JSON), NULL for no row
 	PRIMARY KEY (table_name, record_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_conflicts (
+	id INTEGER PRIMARY KEY,
+	table_name TEXT NOT NULL,
+	record_id TEXT NOT NULL,
+	path TEXT NOT NULL, -- JSON array of member keys
+	loser TEXT NOT NULL, -- JSON value
+	loser_version INTEGER NOT NULL,
+	loser_device TEXT NOT NULL,
+	winner TEXT NOT NULL, -- JSON value, null for a removal
+	winner_version INTEGER NOT NULL,
+	winner_device TEXT NOT NULL,
+	detected_at TEXT NOT NULL -- RFC 3339, this device's clock
+);
 CREATE TABLE IF NOT EXISTS sync_outbox (
 	name TEXT NOT NULL,
 	seq INTEGER NOT NULL,
@@ -122,6 +135,7 @@ const (
 	metaUploads      = "uploads_since" // remote time sync_uploaded began: older files are not judged
 	metaServerCursor = "server_cursor" // where the next pull from a Server starts
 	metaRemoteID     = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
+	metaStatus       = "status"        // how the last sync ended, for Status (JSON)
 	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
 	schemaVersion    = "2"
 )

@@ -148,8 +148,11 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	// outside any transaction.
 	defer endTx(conn)
 	s := &syncRun{e: e, conn: conn}
+	e.uploaded, e.meter = 0, meter{}
 	defer s.cleanup()
 	err = fn(s)
+	endTx(conn)
+	s.recordStatus(ctx, err)
 	return s.report, err
 }
 
@@ -161,6 +164,14 @@ type syncRun struct {
 	report Report
 	store  string // the store id of the remote's marker, set by bind
 	limits Limits // the store's limits, from its marker, set by bind
+	// conflicts counts the entries this run added to the conflict log.
+	conflicts int
+	// What the run learned of the remote, for Status: its clock less
+	// this device's, and the size of a listing of every file.
+	offset        time.Duration
+	offsetKnown   bool
+	remoteBytes   int64
+	remoteBytesAt time.Time
 
 	stmts  map[string]*sql.Stmt
 	closes []func() // temporary files to remove when the run ends
@@ -216,9 +227,11 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 	e := s.e
 	l := &listing{}
 	var err error
+	before := time.Now()
 	if l.cursor, err = e.cfg.Remote.Now(ctx); err != nil {
 		return nil, remoteErr("list", "", err)
 	}
+	s.noteClock(l.cursor, before, time.Now())
 	cur, err := getMeta(ctx, s.conn, metaCursor)
 	if err != nil {
 		return nil, &Error{Op: "sync", Err: err}
@@ -234,6 +247,9 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 	e.progress("list", 0, 1)
 	if l.files, err = e.cfg.Remote.List(ctx, l.since); err != nil {
 		return nil, remoteErr("list", "", err)
+	}
+	if l.since.IsZero() {
+		s.noteRemoteSize(l.files)
 	}
 	e.progress("list", 1, 1)
 	return l, nil

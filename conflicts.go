@@ -1,0 +1,414 @@
+package drivesync
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/merge"
+)
+
+// The conflict log. Last writer wins, per member path, on every device
+// alike; what the winner overwrote is kept here, so that the app can show
+// it and the user can bring it back.
+//
+// A received write overwrites a value concurrently when its writer had not
+// seen that value. A write cannot tell that by its stamp (Lamport versions
+// order writes, they do not say who saw what), so each write of a patch
+// file says what it replaced: "seen" lists, for each path it writes, the
+// stamp of the value its writer's synced state held there. A device that
+// receives the write and held, at a path it overwrites, a value stamped
+// above what the writer had seen there logs that value as the loser. A
+// write over a value its writer had seen (a sequential edit) is not a
+// conflict, nor is a write that changes nothing.
+//
+// Only patch files carry what their writers had seen: a record a device
+// gets through a snapshot, a merge file or a sync server is merged
+// without a log entry.
+
+// MaxConflicts bounds the conflict log: past it, the oldest entries are
+// dropped first.
+const MaxConflicts = 1000
+
+// maxSeen bounds a write's "seen" list; a longer one is left out, and
+// readers then log nothing for that write. Readers take 64 KiB around a
+// write's patch.
+const maxSeen = 32 << 10
+
+// A Conflict is a value that a concurrent write from another device
+// overwrote on this device, kept in the conflict log (sync_conflicts).
+type Conflict struct {
+	ID            int64
+	Table, Record string
+	// Path is the member path of the value in the record's content (an
+	// ordinary table's column is one member; an append-only row in
+	// conflict has an empty path: the whole row).
+	Path []string
+	// Loser is the value that was overwritten, Winner the value that
+	// replaced it, as JSON (an ordinary table's values as the engine
+	// encodes them; Winner is null when the write removed the member).
+	Loser, Winner json.RawMessage
+	// The stamps of the two writes: the version and the device that
+	// made each.
+	LoserVersion, WinnerVersion int64
+	LoserDevice, WinnerDevice   string
+	// At is when this device detected the conflict (its clock).
+	At time.Time
+}
+
+// ConflictFilter selects conflicts; zero fields select all.
+type ConflictFilter struct {
+	Table, Record string
+	Since         time.Time // detected at or after
+	Limit         int       // at most this many, newest first
+}
+
+// A Resolution says which value of a conflict to keep.
+type Resolution int
+
+const (
+	// KeepWinner dismisses the conflict: the winning value stays.
+	KeepWinner Resolution = iota
+	// KeepLoser writes the losing value back into the app's row as a new
+	// edit, which the next Sync sends to the other devices.
+	KeepLoser
+)
+
+// seenList returns the "seen" list of a write of patch over the synced
+// state n: the stamp n holds at each path the patch writes, where n holds
+// one. It returns nil if the list would exceed maxSeen.
+func seenList(n *merge.Node, patch jsonv.Value) []byte {
+	b := []byte{'['}
+	var walk func(n *merge.Node, patch jsonv.Value, path []string) bool
+	walk = func(n *merge.Node, patch jsonv.Value, path []string) bool {
+		for _, m := range patch.Members {
+			c := n.Child(m.Key, false)
+			if c == nil {
+				continue
+			}
+			p := append(path, m.Key)
+			if !c.Stamp.IsZero() {
+				if len(b) > 1 {
+					b = append(b, ',')
+				}
+				b = append(b, "[["...)
+				for i, k := range p {
+					if i > 0 {
+						b = append(b, ',')
+					}
+					b = jsonv.AppendString(b, k)
+				}
+				b = fmt.Appendf(b, "],%d,", c.Stamp.Version)
+				b = jsonv.AppendString(b, c.Stamp.Device)
+				b = append(b, ']')
+				if len(b) > maxSeen {
+					return false
+				}
+			}
+			if m.Value.IsObject() && c.Kind == merge.ObjectNode && !walk(c, m.Value, p) {
+				return false
+			}
+		}
+		return true
+	}
+	if !walk(n, patch, nil) {
+		return nil
+	}
+	return append(b, ']')
+}
+
+// parseSeen reads a write's "seen" list into stamps by path (see
+// pathKey). A list that cannot be read gives nil: nothing is logged for
+// that write.
+func parseSeen(raw []byte) map[string]merge.Stamp {
+	var entries [][]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &entries) != nil {
+		return nil
+	}
+	out := make(map[string]merge.Stamp, len(entries))
+	for _, e := range entries {
+		var path []string
+		var s merge.Stamp
+		if len(e) != 3 || json.Unmarshal(e[0], &path) != nil || json.Unmarshal(e[1], &s.Version) != nil || json.Unmarshal(e[2], &s.Device) != nil {
+			return nil
+		}
+		out[pathKey(path)] = s
+	}
+	return out
+}
+
+func pathKey(path []string) string { return strings.Join(path, "\x00") }
+
+// overwritten is a value a received write may overwrite.
+type overwritten struct {
+	path  []string
+	value jsonv.Value
+	stamp merge.Stamp
+}
+
+// overwrites returns the values of state n, a record shown on this device,
+// at the paths patch writes, that its writer had not seen (see seen): the
+// candidates for the conflict log, before the write is merged.
+func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, writer string) []overwritten {
+	var out []overwritten
+	var walk func(n *merge.Node, patch jsonv.Value, path []string)
+	walk = func(n *merge.Node, patch jsonv.Value, path []string) {
+		for _, m := range patch.Members {
+			c := n.Child(m.Key, false)
+			if c == nil || c.Kind == merge.AbsentNode {
+				continue // nothing held there to lose
+			}
+			p := append(path[:len(path):len(path)], m.Key)
+			if m.Value.IsObject() && c.Kind == merge.ObjectNode {
+				walk(c, m.Value, p)
+				continue
+			}
+			if c.Stamp.Device == writer || !seen[pathKey(p)].Less(c.Stamp) {
+				continue // its writer's own value, or one it had seen
+			}
+			v := jsonv.Value{Leaf: c.Leaf}
+			if c.Kind == merge.ObjectNode {
+				v = c.Value()
+			}
+			out = append(out, overwritten{path: p, value: v, stamp: c.Stamp})
+		}
+	}
+	walk(n, patch, nil)
+	return out
+}
+
+// valueAt returns n's value at path, and whether it holds one.
+func valueAt(n *merge.Node, path []string) (jsonv.Value, merge.Stamp, bool) {
+	for _, k := range path {
+		if n = n.Child(k, false); n == nil {
+			return jsonv.Value{}, merge.Stamp{}, false
+		}
+	}
+	switch n.Kind {
+	case merge.LeafNode:
+		return jsonv.Value{Leaf: n.Leaf}, n.Stamp, true
+	case merge.ObjectNode:
+		return n.Value(), n.Stamp, true
+	}
+	return jsonv.Value{}, n.Stamp, false
+}
+
+// logConflicts logs the candidates that received write c, now merged into
+// n, did overwrite: the value there is c's now.
+func (s *syncRun) logConflicts(ctx context.Context, c fileChange, n *merge.Node, cands []overwritten) error {
+	at := merge.Stamp{Version: c.version, Device: c.device}
+	for _, o := range cands {
+		v, stamp, held := valueAt(n, o.path)
+		if stamp != at || held && jsonv.Equal(v, o.value) {
+			continue // the write lost there, or wrote the same value
+		}
+		winner := jsonv.Null
+		if held {
+			winner = v
+		}
+		if err := s.addConflict(ctx, c.table, c.record, o.path, o.value, o.stamp, winner, at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addConflict adds an entry to the log, dropping the oldest past
+// MaxConflicts.
+func (s *syncRun) addConflict(ctx context.Context, table, record string, path []string, loser jsonv.Value, loserAt merge.Stamp, winner jsonv.Value, winnerAt merge.Stamp) error {
+	p, _ := json.Marshal(path)
+	if path == nil {
+		p = []byte("[]")
+	}
+	s.e.log.Info("drivesync: a concurrent write overwrote a value (logged in sync_conflicts)", "table", table, "record", record, "path", string(p), "winner", winnerAt.Device)
+	err := s.exec(ctx, `INSERT INTO sync_conflicts (table_name, record_id, path, loser, loser_version, loser_device, winner, winner_version, winner_device, detected_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`, table, record, string(p), string(jsonv.Encode(loser)), loserAt.Version, loserAt.Device,
+		string(jsonv.Encode(winner)), winnerAt.Version, winnerAt.Device, time.Now().UTC().Format(time.RFC3339Nano))
+	if err != nil {
+		return &Error{Op: "log conflict", Table: table, Record: record, Err: err}
+	}
+	s.conflicts++
+	return nil
+}
+
+// logImmutable logs an append-only row that holds another payload than
+// received write c under the same key: the row is the loser, kept until
+// the app resolves it (see ResolveConflict). It is logged once per write.
+func (s *syncRun) logImmutable(ctx context.Context, t *tableInfo, c fileChange) error {
+	var n int
+	if err := s.queryRow(ctx, `SELECT count(*) FROM sync_conflicts WHERE table_name = ?1 AND record_id = ?2 AND path = '[]' AND winner_version = ?3 AND winner_device = ?4`,
+		[]any{c.table, c.record, c.version, c.device}, &n); err != nil || n > 0 {
+		return err
+	}
+	shown, ok, err := t.readRow(ctx, s, c.record)
+	if err != nil || !ok {
+		return err
+	}
+	mine, err := jsonv.ParseObject([]byte(shown), jsonv.Options{})
+	if err != nil {
+		return nil // not a row the log can show
+	}
+	theirs, err := jsonv.ParseObject(c.patch, jsonv.Options{})
+	if err != nil {
+		return nil
+	}
+	// The row was never sent: its stamp is this device's, version 0.
+	return s.addConflict(ctx, c.table, c.record, nil, mine, merge.Stamp{Device: s.e.deviceID}, theirs, merge.Stamp{Version: c.version, Device: c.device})
+}
+
+// trimConflicts drops the oldest entries past MaxConflicts.
+func (s *syncRun) trimConflicts(ctx context.Context) error {
+	if s.conflicts == 0 {
+		return nil
+	}
+	return s.exec(ctx, `DELETE FROM sync_conflicts WHERE id <= (SELECT id FROM sync_conflicts ORDER BY id DESC LIMIT 1 OFFSET ?1)`, MaxConflicts)
+}
+
+// Conflicts lists the conflict log, newest first.
+func (e *Engine) Conflicts(ctx context.Context, f ConflictFilter) ([]Conflict, error) {
+	q := `SELECT id, table_name, record_id, path, loser, loser_version, loser_device, winner, winner_version, winner_device, detected_at
+FROM sync_conflicts WHERE (?1 = '' OR table_name = ?1) AND (?2 = '' OR record_id = ?2) AND detected_at >= ?3 ORDER BY id DESC`
+	args := []any{f.Table, f.Record, ""}
+	if !f.Since.IsZero() {
+		args[2] = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	rows, err := e.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, &Error{Op: "conflicts", Err: err}
+	}
+	defer rows.Close()
+	var out []Conflict
+	for rows.Next() {
+		var c Conflict
+		var path, loser, winner, at string
+		if err := rows.Scan(&c.ID, &c.Table, &c.Record, &path, &loser, &c.LoserVersion, &c.LoserDevice, &winner, &c.WinnerVersion, &c.WinnerDevice, &at); err != nil {
+			return nil, &Error{Op: "conflicts", Err: err}
+		}
+		json.Unmarshal([]byte(path), &c.Path)
+		c.Loser, c.Winner = json.RawMessage(loser), json.RawMessage(winner)
+		c.At, _ = time.Parse(time.RFC3339Nano, at)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, &Error{Op: "conflicts", Err: err}
+	}
+	return out, nil
+}
+
+// ErrNoConflict says that a conflict id is not in the log (resolved, or
+// dropped past MaxConflicts).
+var ErrNoConflict = errors.New("no such conflict in the log")
+
+// ResolveConflict takes the conflict id out of the log. KeepLoser first
+// writes its losing value back into the app's row at its path, as an edit
+// of the app's (the next Sync sends it, and it wins over the value that
+// had won); KeepWinner leaves the row as it is. An append-only row in
+// conflict is kept with KeepLoser and replaced by the other devices' row
+// with KeepWinner (the row is deleted, and the next Sync writes theirs).
+func (e *Engine) ResolveConflict(ctx context.Context, id int64, keep Resolution) error {
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		return &Error{Op: "resolve conflict", Err: err}
+	}
+	defer conn.Close()
+	if err := beginImmediate(ctx, conn); err != nil {
+		return &Error{Op: "resolve conflict", Err: err}
+	}
+	err = e.resolve(ctx, conn, id, keep)
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		endTx(conn)
+		if _, ok := err.(*Error); !ok {
+			err = &Error{Op: "resolve conflict", Err: err}
+		}
+	}
+	return err
+}
+
+func (e *Engine) resolve(ctx context.Context, conn *sql.Conn, id int64, keep Resolution) error {
+	var table, record, path, loser string
+	err := conn.QueryRowContext(ctx, `SELECT table_name, record_id, path, loser FROM sync_conflicts WHERE id = ?1`, id).Scan(&table, &record, &path, &loser)
+	if errors.Is(err, sql.ErrNoRows) {
+		return &Error{Op: "resolve conflict", Err: fmt.Errorf("%w: id %d", ErrNoConflict, id)}
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, `DELETE FROM sync_conflicts WHERE id = ?1`, id); err != nil {
+		return err
+	}
+	t := e.tables[table]
+	fail := func(format string, args ...any) error {
+		return &Error{Op: "resolve conflict", Table: table, Record: record, Err: fmt.Errorf(format, args...)}
+	}
+	var keys []string
+	if err := json.Unmarshal([]byte(path), &keys); err != nil {
+		return fail("the logged path is corrupt: %v", err)
+	}
+	switch {
+	case t == nil:
+		return fail("table %s is not registered", table)
+	case t.appendOnly && keep == KeepWinner:
+		// The app deletes its row, which the trigger allows for a record
+		// in conflict; the next sync writes the other devices' row.
+		key, err := t.decodeKey(record)
+		if err != nil {
+			return fail("the record's key cannot be read: %v", err)
+		}
+		_, err = conn.ExecContext(ctx, t.deleteSQL, key...)
+		return err
+	case keep == KeepWinner || t.appendOnly:
+		return nil
+	case keep != KeepLoser:
+		return fail("unknown resolution %d", keep)
+	}
+	row, ok, err := t.readRow(ctx, direct{conn}, record)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fail("the record has no row any more (it was deleted since): nothing to restore the value into")
+	}
+	cur, err := jsonv.ParseObject([]byte(row), jsonv.Options{})
+	if err != nil {
+		return fail("the row's content is not a JSON object: %v", err)
+	}
+	v, err := jsonv.Parse([]byte(loser), jsonv.Options{})
+	if err != nil {
+		return fail("the logged value is corrupt: %v", err)
+	}
+	// The app's write: the capture trigger marks the record pending.
+	return t.writeRow(ctx, direct{conn}, record, string(jsonv.Encode(setPath(cur, keys, v))))
+}
+
+// setPath returns obj with the member at path set to v, creating the
+// objects on the way.
+func setPath(obj jsonv.Value, path []string, v jsonv.Value) jsonv.Value {
+	if len(path) == 0 {
+		return v
+	}
+	members := append([]jsonv.Member(nil), obj.Members...)
+	for i, m := range members {
+		if m.Key == path[0] {
+			inner := m.Value
+			if !inner.IsObject() {
+				inner = jsonv.Value{Members: []jsonv.Member{}}
+			}
+			members[i].Value = setPath(inner, path[1:], v)
+			return jsonv.Value{Members: members}
+		}
+	}
+	members = append(members, jsonv.Member{Key: path[0], Value: setPath(jsonv.Value{Members: []jsonv.Member{}}, path[1:], v)})
+	sortMembers(members)
+	return jsonv.Value{Members: members}
+}
