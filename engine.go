@@ -193,6 +193,9 @@ type Engine struct {
 	// meter paces its progress updates.
 	uploaded int64
 	meter    meter
+	// auto is set while AutoSync runs; syncNow carries SyncNow to it.
+	auto    atomic.Bool
+	syncNow chan struct{}
 }
 
 // Open prepares db for syncing and returns its Engine. It creates the
@@ -232,7 +235,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	if err := cfg.Limits.check(); err != nil {
 		return nil, fmt.Errorf("drivesync: Open: Config.Limits: %w", err)
 	}
-	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1)}
+	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1), syncNow: make(chan struct{}, 1)}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
