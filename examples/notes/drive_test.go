@@ -78,7 +78,7 @@ func TestDriveErrors(t *testing.T) {
 		want string
 	}{
 		{"", []string{"-db", db, "-drive", "sync"}, "create an OAuth client of type Desktop app"},
-		{"", []string{"-db", db, "-drive", "add", "x"}, "NOTES_GOOGLE_CREDENTIALS"},
+		{"", []string{"-db", db, "-drive", "status"}, "NOTES_GOOGLE_CREDENTIALS"},
 		{"", []string{"-db", db, "-drive", "signin"}, "create an OAuth client of type Desktop app"},
 		// $NOTES_REMOTE does not get in the way of -drive...
 		{t.TempDir(), []string{"-db", db, "-drive", "sync"}, "create an OAuth client of type Desktop app"},
@@ -253,11 +253,16 @@ func TestDriveTwoDevices(t *testing.T) {
 	g := newFakeGoogle(t)
 	a, b := g.device("a"), g.device("b")
 
-	// The first command signs in and saves the sign-in; the next ones,
-	// on either device, use it.
+	// Notes are written without Drive; the first command that syncs
+	// signs in and saves the sign-in, and the next ones, on either
+	// device, use it.
 	first := strings.TrimSpace(a.run("add", "first note"))
+	if signIns, _, _ := g.count(); signIns != 0 {
+		t.Fatalf("%d sign-ins after adding a note, want none", signIns)
+	}
+	a.run("status")
 	if signIns, _, _ := g.count(); signIns != 1 {
-		t.Fatalf("%d sign-ins after the first command, want 1", signIns)
+		t.Fatalf("%d sign-ins after the first command that syncs, want 1", signIns)
 	}
 	if tok := g.savedToken(); tok.RefreshToken != "refresh-1" {
 		t.Errorf("saved refresh token %q, want refresh-1", tok.RefreshToken)
@@ -346,7 +351,7 @@ func TestDriveSignInAgain(t *testing.T) {
 func TestDriveSignInCancelled(t *testing.T) {
 	g := newFakeGoogle(t)
 	g.decline = true
-	msg := g.device("a").fail("add", "a note")
+	msg := g.device("a").fail("sync")
 	if !strings.Contains(msg, "sign-in cancelled") {
 		t.Errorf("declined sign-in: %s", msg)
 	}
@@ -358,7 +363,7 @@ func TestDriveSignInCancelled(t *testing.T) {
 func TestDriveSignOut(t *testing.T) {
 	g := newFakeGoogle(t)
 	a := g.device("a")
-	a.run("list")
+	a.run("status")
 	g.savedToken()
 	if got := a.run("signout"); !strings.Contains(got, "signed out") {
 		t.Errorf("signout: %q", got)
@@ -369,8 +374,8 @@ func TestDriveSignOut(t *testing.T) {
 	if got := a.run("signout"); !strings.Contains(got, "not signed in") {
 		t.Errorf("second signout: %q", got)
 	}
-	// The next command signs in again.
-	a.run("list")
+	// The next command that syncs signs in again.
+	a.run("status")
 	if signIns, _, _ := g.count(); signIns != 2 {
 		t.Errorf("%d sign-ins, want 2", signIns)
 	}

@@ -11,8 +11,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,34 +20,29 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
-	"time"
 
-	"github.com/google/uuid"
 	"golang.org/x/oauth2"
 	_ "modernc.org/sqlite"
 
 	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/examples/internal/notesapp"
 	"github.com/drivesync/drivesync/httpremote"
 )
 
-// schema is the app's synced table: drivesync needs id TEXT PRIMARY KEY and
-// the record as a JSON object in content. updated_at is a projection: the
-// engine fills it from content's "updated_at" when it writes a synced row,
-// and the app keeps it in step when it writes, so it can be indexed and sorted.
-const schema = `CREATE TABLE IF NOT EXISTS notes (
-	id TEXT PRIMARY KEY,
-	content JSONB NOT NULL,
-	updated_at TEXT
-)`
-
-const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON] | -server URL [-token T] [-store NAME]] <command> [args]
+const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON] | -server URL [-token T] [-store NAME]] [-passphrase P] <command> [args]
   add TEXT            add a note, print its id
   edit ID TEXT        change a note's text
   delete ID           soft-delete a note
   purge ID            physically delete a note
   list                list notes that are not deleted
   sync                sync with the remote folder, Google Drive or the server
+  watch               sync by itself (after changes, every minute, and when
+                      you press Enter) until Ctrl-C
+  status              what waits, how the last sync went, the remote
+  conflicts           list values that concurrent edits overwrote here
+  resolve ID mine|theirs
+                      bring a conflict's overwritten value back (mine) or
+                      dismiss it (theirs)
   snapshot            sync, then write a snapshot and delete old files
   join                merge with the store the remote holds (after a
                       "not the store" error: another account or folder)
@@ -58,7 +51,11 @@ const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON]
   signin              (-drive) sign in to Google again
   signout             (-drive) delete the saved Google sign-in
 notes demo            two devices syncing through a temp folder
+A note's ID may be given by its first characters, as the demo shows them.
+add, edit, delete, purge and list work without a remote.
 -db defaults to $NOTES_DB or notes.db, -remote to $NOTES_REMOTE.
+-passphrase (default $NOTES_PASSPHRASE) encrypts everything notes
+uploads; every device of the store needs the same passphrase.
 -drive syncs through your Google Drive instead of a folder. It needs the
 app's OAuth client of type Desktop app: -credentials JSON, default
 $NOTES_GOOGLE_CREDENTIALS (see the README, Google Drive). The first use
@@ -77,6 +74,7 @@ type options struct {
 	server      string    // -server: a sync server's URL
 	token       string    // -token: the server's token for this user
 	store       string    // -store: the store's name on the server
+	passphrase  string    // -passphrase: encrypts what is uploaded
 	prompt      io.Writer // where sign-in talks to the user
 }
 
@@ -102,6 +100,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	flags.StringVar(&opts.server, "server", os.Getenv("NOTES_SERVER"), "sync server URL, such as http://127.0.0.1:8080")
 	flags.StringVar(&opts.token, "token", os.Getenv("NOTES_TOKEN"), "token for -server")
 	flags.StringVar(&opts.store, "store", "notes", "store name on the server, for -server")
+	flags.StringVar(&opts.passphrase, "passphrase", os.Getenv("NOTES_PASSPHRASE"), "encrypt the store with this passphrase")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -121,7 +120,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return errors.New("-server needs -token (or $NOTES_TOKEN): a token from the server's tokens file")
 	}
 	cmd, args := flags.Arg(0), flags.Args()[min(1, flags.NArg()):]
-	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "snapshot": 0, "join": 0, "fresh": 0, "demo": 0, "signin": 0, "signout": 0}
+	want := map[string]int{"add": 1, "edit": 2, "delete": 1, "purge": 1, "list": 0, "sync": 0, "watch": 0, "status": 0, "conflicts": 0, "resolve": 2,
+		"snapshot": 0, "join": 0, "fresh": 0, "demo": 0, "signin": 0, "signout": 0}
+	local := map[string]bool{"add": true, "edit": true, "delete": true, "purge": true, "list": true}
 	n, ok := want[cmd]
 	switch {
 	case cmd == "":
@@ -139,67 +140,84 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return signInAgain(ctx, opts)
 	case cmd == "signout":
 		return signOut(stdout)
-	case !opts.drive && opts.remoteDir == "" && opts.server == "":
+	case !opts.drive && opts.remoteDir == "" && opts.server == "" && !local[cmd]:
 		return errors.New("no remote: pass -remote DIR or set NOTES_REMOTE to the folder your devices share, -drive to sync through Google Drive, or -server URL to sync through a sync server")
 	}
 
-	var link func(*drivesync.Config)
-	if opts.server != "" {
-		srv := httpremote.New(opts.server, opts.token, httpremote.Options{Store: opts.store})
-		link = func(c *drivesync.Config) { c.Server = srv }
-	} else {
+	cfg := drivesync.Config{}
+	if opts.passphrase != "" {
+		cfg.Encryption = drivesync.Passphrase(opts.passphrase)
+	}
+	switch {
+	case local[cmd]:
+		// The notes alone: no remote needed, and none opened (a Drive
+		// sign-in would be asked for). The next sync sends the changes.
+	case opts.server != "":
+		cfg.Server = httpremote.New(opts.server, opts.token, httpremote.Options{Store: opts.store})
+	default:
 		remote, err := openRemote(ctx, opts)
 		if err != nil {
 			return driveHelp(err)
 		}
-		link = func(c *drivesync.Config) { c.Remote = remote }
+		cfg.Remote = remote
 	}
-	a, err := openApp(ctx, opts.dbPath, link, "")
+	bar := newProgressBar(stderr)
+	cfg.Progress = bar.show
+	a, err := notesapp.Open(ctx, opts.dbPath, cfg)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	switch cmd {
 	case "add":
-		id, err := a.add(ctx, args[0])
+		id, err := a.Add(ctx, args[0])
 		if err == nil {
 			fmt.Fprintln(stdout, id)
 		}
 		return err
 	case "edit":
-		return a.update(ctx, args[0], "text", args[1])
+		return a.Update(ctx, args[0], "text", args[1])
 	case "delete":
-		return a.update(ctx, args[0], "deleted_at", now())
+		return a.Update(ctx, args[0], "deleted_at", notesapp.Now())
 	case "purge":
-		return a.purge(ctx, args[0])
+		return a.Purge(ctx, args[0])
 	case "list":
-		notes, err := a.list(ctx)
+		notes, err := a.List(ctx)
 		for _, n := range notes {
 			fmt.Fprintf(stdout, "%s  %s  %s\n", n.ID, n.UpdatedAt, n.Text)
 		}
 		return err
-	case "snapshot":
-		r, err := a.engine.Snapshot(ctx)
-		printReport(stdout, r)
-		return driveHelp(err)
+	case "status":
+		return printStatus(ctx, stdout, a.Engine)
+	case "conflicts":
+		return printConflicts(ctx, stdout, a.Engine)
+	case "resolve":
+		return resolve(ctx, stdout, a, args[0], args[1])
+	case "watch":
+		return watch(ctx, stdout, a.Engine, bar)
 	case "join":
-		if err := a.engine.JoinRemote(ctx); err != nil {
-			return driveHelp(err)
+		if err := a.Engine.JoinRemote(ctx); err != nil {
+			return driveHelp(notesapp.Advice(err))
 		}
 		fmt.Fprintln(stdout, "joined the remote's store: the next sync merges it with this database")
 		return nil
-	case "fresh":
-		r, err := a.engine.StartFresh(ctx)
-		printReport(stdout, r)
-		return driveHelp(err)
-	default: // sync
-		r, err := a.engine.Sync(ctx)
-		printReport(stdout, r)
-		if errors.Is(err, drivesync.ErrRemoteChanged) {
-			return fmt.Errorf("%w\n(run \"notes join\" to merge with the remote's store, or \"notes fresh\" if the remote was emptied)", err)
-		}
-		return driveHelp(err)
 	}
+	var r drivesync.Report
+	switch cmd {
+	case "snapshot":
+		r, err = a.Engine.Snapshot(ctx)
+	case "fresh":
+		r, err = a.Engine.StartFresh(ctx)
+	default: // sync
+		r, err = a.Engine.Sync(ctx)
+	}
+	bar.done()
+	if err != nil {
+		// Only the error, and what to do: nothing "up to date" about it.
+		return driveHelp(notesapp.Advice(err))
+	}
+	printReport(stdout, r)
+	return nil
 }
 
 func envOr(key, def string) string {
@@ -207,15 +225,6 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-// now is the time stamp notes carry: RFC 3339 in UTC.
-func now() string { return time.Now().UTC().Format(time.RFC3339) }
-
-// app is one device: its database and the engine that syncs it.
-type app struct {
-	db     *sql.DB
-	engine *drivesync.Engine
 }
 
 // openRemote returns the remote the devices share: the folder of -remote,
@@ -254,122 +263,9 @@ func openRemote(ctx context.Context, opts options) (drivesync.Remote, error) {
 	return drivesync.NewDriveRemote(ctx, svc, drivesync.DriveOptions{})
 }
 
-// openApp opens the database, creates the notes table and opens the sync
-// engine on it. The engine must be opened before the app writes: Open
-// installs the triggers that capture writes. deviceID "" lets the engine
-// pick and store a random id.
-// link sets the Config's Remote or Server.
-func openApp(ctx context.Context, dbPath string, link func(*drivesync.Config), deviceID string) (*app, error) {
-	dsn := "file:" + dbPath + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open %s: %w", dbPath, err)
-	}
-	cfg := drivesync.Config{Tables: []drivesync.Table{{Name: "notes"}}, DeviceID: deviceID}
-	link(&cfg)
-	engine, err := drivesync.Open(ctx, db, cfg)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &app{db: db, engine: engine}, nil
-}
-
-func (a *app) Close() error {
-	a.engine.Close()
-	return a.db.Close()
-}
-
-// add inserts a note and returns its id. Ids must be unique across devices,
-// hence UUIDs.
-func (a *app) add(ctx context.Context, text string) (string, error) {
-	id, ts := uuid.NewString(), now()
-	content, err := json.Marshal(map[string]any{"text": text, "updated_at": ts, "deleted_at": nil})
-	if err != nil {
-		return "", err
-	}
-	// content is passed as a string: jsonb() would read a []byte as JSONB.
-	_, err = a.db.ExecContext(ctx, `INSERT INTO notes (id, content, updated_at) VALUES (?, jsonb(?), ?)`, id, string(content), ts)
-	return id, err
-}
-
-// update sets one field of a note's content, and updated_at, keeping every
-// other field as it is (including fields a newer app version may have added).
-func (a *app) update(ctx context.Context, id, field string, value any) error {
-	tx, err := a.db.BeginTx(ctx, nil) // _txlock=immediate: takes the write lock now
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var raw string
-	err = tx.QueryRowContext(ctx, `SELECT json(content) FROM notes WHERE id = ?`, id).Scan(&raw)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("no note with id %s", id)
-	}
-	if err != nil {
-		return err
-	}
-	var content map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &content); err != nil {
-		return fmt.Errorf("note %s: %w", id, err)
-	}
-	ts := now()
-	for k, v := range map[string]any{field: value, "updated_at": ts} {
-		if content[k], err = json.Marshal(v); err != nil {
-			return err
-		}
-	}
-	b, err := json.Marshal(content)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE notes SET content = jsonb(?), updated_at = ? WHERE id = ?`, string(b), ts, id); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// purge deletes the row; the next sync deletes it on the other devices.
-func (a *app) purge(ctx context.Context, id string) error {
-	res, err := a.db.ExecContext(ctx, `DELETE FROM notes WHERE id = ?`, id)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		return fmt.Errorf("no note with id %s", id)
-	}
-	return nil
-}
-
-type note struct{ ID, Text, UpdatedAt string }
-
-// list returns the notes that are not soft-deleted, oldest change first.
-func (a *app) list(ctx context.Context) ([]note, error) {
-	rows, err := a.db.QueryContext(ctx, `SELECT id, coalesce(content ->> '$.text', ''), coalesce(updated_at, '')
-FROM notes WHERE content ->> '$.deleted_at' IS NULL
-ORDER BY updated_at, content ->> '$.text', id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var notes []note
-	for rows.Next() {
-		var n note
-		if err := rows.Scan(&n.ID, &n.Text, &n.UpdatedAt); err != nil {
-			return nil, err
-		}
-		notes = append(notes, n)
-	}
-	return notes, rows.Err()
-}
-
 // printReport prints what a sync did, file names and problems included.
 func printReport(w io.Writer, r drivesync.Report) {
-	fmt.Fprintln(w, summary(r))
+	fmt.Fprintln(w, notesapp.Summary(r))
 	if r.Recovered != "" {
 		fmt.Fprintln(w, "uploaded", r.Recovered, "(left by a sync that failed)")
 	}
@@ -380,7 +276,7 @@ func printReport(w io.Writer, r drivesync.Report) {
 		fmt.Fprintln(w, "wrote snapshot", r.Snapshot)
 	}
 	if r.Deleted > 0 {
-		fmt.Fprintf(w, "deleted %s older than the retention\n", plural(r.Deleted, "old file"))
+		fmt.Fprintf(w, "deleted %s older than the retention\n", notesapp.Plural(r.Deleted, "old file"))
 	}
 	for _, f := range r.Rejected {
 		fmt.Fprintf(w, "rejected %s: %v\n", f.Name, f.Err)
@@ -388,39 +284,6 @@ func printReport(w io.Writer, r drivesync.Report) {
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "not sent %s/%s: %v\n", s.Table, s.Record, s.Err)
 	}
-}
-
-// summary says in one line what a sync did.
-func summary(r drivesync.Report) string {
-	var parts []string
-	if r.Recovered != "" {
-		// An earlier sync failed after saving its file for upload; this
-		// one finished sending it.
-		parts = append(parts, "sent the changes of a sync that failed")
-	}
-	switch {
-	case len(r.Downloaded) > 0:
-		parts = append(parts, fmt.Sprintf("received %s from %s", plural(r.ChangesReceived, "change"), plural(len(r.Downloaded), "file")))
-	case r.ChangesReceived > 0: // pulled from a sync server
-		parts = append(parts, "received "+plural(r.ChangesReceived, "change"))
-	}
-	if r.Uploaded != "" {
-		parts = append(parts, "sent "+plural(r.ChangesSent, "change"))
-	}
-	if len(r.Rejected) > 0 {
-		parts = append(parts, "rejected "+plural(len(r.Rejected), "file"))
-	}
-	if len(parts) == 0 {
-		return "up to date"
-	}
-	return strings.Join(parts, ", ")
-}
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // demo runs two devices, a laptop and a desktop, each with its own database,
@@ -441,12 +304,12 @@ func demo(ctx context.Context, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		a, err := openApp(ctx, filepath.Join(dir, name+".db"), func(c *drivesync.Config) { c.Remote = remote }, name)
+		a, err := notesapp.Open(ctx, filepath.Join(dir, name+".db"), drivesync.Config{Remote: remote, DeviceID: name})
 		if err != nil {
 			return err
 		}
 		defer a.Close()
-		devs[i] = &device{name: name, app: a}
+		devs[i] = &device{name: name, App: a}
 	}
 	laptop, desktop := devs[0], devs[1]
 	d := &demoRun{ctx: ctx, w: w}
@@ -481,9 +344,9 @@ func demo(ctx context.Context, w io.Writer) error {
 		return d.err
 	}
 
-	var lists [2][]note
+	var lists [2][]notesapp.Note
 	for i, dev := range devs {
-		if lists[i], err = dev.list(ctx); err != nil {
+		if lists[i], err = dev.List(ctx); err != nil {
 			return err
 		}
 	}
@@ -504,7 +367,7 @@ func demo(ctx context.Context, w io.Writer) error {
 
 type device struct {
 	name string
-	*app
+	*notesapp.App
 }
 
 // demoRun prints the demo's steps. After the first error every step does
@@ -523,7 +386,7 @@ func (d *demoRun) step(what string) {
 
 func (d *demoRun) add(dev *device, text string) (id string) {
 	if d.err == nil {
-		id, d.err = dev.add(d.ctx, text)
+		id, d.err = dev.Add(d.ctx, text)
 		fmt.Fprintf(d.w, "%s adds %s %q\n", dev.name, short(id), text)
 	}
 	return id
@@ -531,14 +394,14 @@ func (d *demoRun) add(dev *device, text string) (id string) {
 
 func (d *demoRun) edit(dev *device, id, text string) {
 	if d.err == nil {
-		d.err = dev.update(d.ctx, id, "text", text)
+		d.err = dev.Update(d.ctx, id, "text", text)
 		fmt.Fprintf(d.w, "%s edits %s to %q\n", dev.name, short(id), text)
 	}
 }
 
 func (d *demoRun) softDelete(dev *device, id string) {
 	if d.err == nil {
-		d.err = dev.update(d.ctx, id, "deleted_at", now())
+		d.err = dev.Update(d.ctx, id, "deleted_at", notesapp.Now())
 		fmt.Fprintf(d.w, "%s deletes %s\n", dev.name, short(id))
 	}
 }
@@ -546,8 +409,8 @@ func (d *demoRun) softDelete(dev *device, id string) {
 func (d *demoRun) sync(dev *device) {
 	if d.err == nil {
 		var r drivesync.Report
-		r, d.err = dev.engine.Sync(d.ctx)
-		fmt.Fprintf(d.w, "%s syncs: %s\n", dev.name, summary(r))
+		r, d.err = dev.Engine.Sync(d.ctx)
+		fmt.Fprintf(d.w, "%s syncs: %s\n", dev.name, notesapp.Summary(r))
 	}
 }
 
@@ -555,9 +418,9 @@ func (d *demoRun) show(dev *device) {
 	if d.err != nil {
 		return
 	}
-	var notes []note
-	notes, d.err = dev.list(d.ctx)
-	fmt.Fprintf(d.w, "%s lists %s:\n", dev.name, plural(len(notes), "note"))
+	var notes []notesapp.Note
+	notes, d.err = dev.List(d.ctx)
+	fmt.Fprintf(d.w, "%s lists %s:\n", dev.name, notesapp.Plural(len(notes), "note"))
 	for _, n := range notes {
 		fmt.Fprintf(d.w, "  %s  %s\n", short(n.ID), n.Text)
 	}

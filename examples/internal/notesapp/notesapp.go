@@ -1,0 +1,247 @@
+// Package notesapp is the data layer of the notes examples (the notes
+// command and the notes-web app): a notes table in a SQLite database,
+// read and written with plain SQL, synced by a drivesync Engine.
+package notesapp
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite"
+
+	"github.com/drivesync/drivesync"
+)
+
+// Schema is the app's synced table: drivesync needs id TEXT PRIMARY KEY and
+// the record as a JSON object in content. updated_at is a projection: the
+// engine fills it from content's "updated_at" when it writes a synced row,
+// and the app keeps it in step when it writes, so it can be indexed and sorted.
+const Schema = `CREATE TABLE IF NOT EXISTS notes (
+	id TEXT PRIMARY KEY,
+	content JSONB NOT NULL,
+	updated_at TEXT
+)`
+
+// Now is the time stamp notes carry: RFC 3339 in UTC.
+func Now() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// App is one device: its database and, when it syncs, the engine.
+type App struct {
+	DB     *sql.DB
+	Engine *drivesync.Engine // nil for an app opened without a remote
+}
+
+// OpenDB opens the database and creates the notes table.
+func OpenDB(ctx context.Context, dbPath string) (*sql.DB, error) {
+	dsn := "file:" + dbPath + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, Schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	return db, nil
+}
+
+// Open opens the database, creates the notes table and, if cfg names a
+// Remote or a Server, opens the sync engine on it. The engine is opened
+// before the app writes: Open installs the triggers that capture writes.
+// Without a remote the app works on its notes alone; rows written then
+// are sent by the first sync (drivesync.Open marks them pending).
+func Open(ctx context.Context, dbPath string, cfg drivesync.Config) (*App, error) {
+	db, err := OpenDB(ctx, dbPath)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{DB: db}
+	if cfg.Remote == nil && cfg.Server == nil {
+		return a, nil
+	}
+	cfg.Tables = []drivesync.Table{{Name: "notes"}}
+	if a.Engine, err = drivesync.Open(ctx, db, cfg); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close closes the engine and the database.
+func (a *App) Close() error {
+	if a.Engine != nil {
+		a.Engine.Close()
+	}
+	return a.DB.Close()
+}
+
+// Add inserts a note and returns its id. Ids must be unique across devices,
+// hence UUIDs.
+func (a *App) Add(ctx context.Context, text string) (string, error) {
+	id, ts := uuid.NewString(), Now()
+	content, err := json.Marshal(map[string]any{"text": text, "updated_at": ts, "deleted_at": nil})
+	if err != nil {
+		return "", err
+	}
+	// content is passed as a string: jsonb() would read a []byte as JSONB.
+	_, err = a.DB.ExecContext(ctx, `INSERT INTO notes (id, content, updated_at) VALUES (?, jsonb(?), ?)`, id, string(content), ts)
+	return id, err
+}
+
+// ID returns the id of the note that id names: the whole id, or the start
+// of exactly one note's id (at least 4 characters), as lists show them.
+func (a *App) ID(ctx context.Context, id string) (string, error) {
+	if len(id) < 4 {
+		return "", fmt.Errorf("no note with id %s: give at least the first 4 characters of an id (run notes list)", id)
+	}
+	rows, err := a.DB.QueryContext(ctx, `SELECT id FROM notes WHERE id = ?1 OR substr(id, 1, length(?1)) = ?1 ORDER BY id = ?1 DESC LIMIT 2`, id)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return "", err
+		}
+		ids = append(ids, s)
+	}
+	switch {
+	case rows.Err() != nil:
+		return "", rows.Err()
+	case len(ids) == 0:
+		return "", fmt.Errorf("no note with id %s (run notes list)", id)
+	case ids[0] == id || len(ids) == 1:
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("%s is the start of several notes' ids: give more of it", id)
+}
+
+// Update sets one field of a note's content, and updated_at, keeping every
+// other field as it is (including fields a newer app version may have
+// added). id may be the start of an id (see ID).
+func (a *App) Update(ctx context.Context, id, field string, value any) error {
+	id, err := a.ID(ctx, id)
+	if err != nil {
+		return err
+	}
+	tx, err := a.DB.BeginTx(ctx, nil) // _txlock=immediate: takes the write lock now
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var raw string
+	err = tx.QueryRowContext(ctx, `SELECT json(content) FROM notes WHERE id = ?`, id).Scan(&raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("no note with id %s", id)
+	}
+	if err != nil {
+		return err
+	}
+	var content map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &content); err != nil {
+		return fmt.Errorf("note %s: %w", id, err)
+	}
+	ts := Now()
+	for k, v := range map[string]any{field: value, "updated_at": ts} {
+		if content[k], err = json.Marshal(v); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(content)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE notes SET content = jsonb(?), updated_at = ? WHERE id = ?`, string(b), ts, id); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Purge deletes the row; the next sync deletes it on the other devices.
+func (a *App) Purge(ctx context.Context, id string) error {
+	id, err := a.ID(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = a.DB.ExecContext(ctx, `DELETE FROM notes WHERE id = ?`, id)
+	return err
+}
+
+// Note is a note as lists show it.
+type Note struct{ ID, Text, UpdatedAt string }
+
+// List returns the notes that are not soft-deleted, oldest change first.
+func (a *App) List(ctx context.Context) ([]Note, error) {
+	rows, err := a.DB.QueryContext(ctx, `SELECT id, coalesce(content ->> '$.text', ''), coalesce(updated_at, '')
+FROM notes WHERE content ->> '$.deleted_at' IS NULL
+ORDER BY updated_at, content ->> '$.text', id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var notes []Note
+	for rows.Next() {
+		var n Note
+		if err := rows.Scan(&n.ID, &n.Text, &n.UpdatedAt); err != nil {
+			return nil, err
+		}
+		notes = append(notes, n)
+	}
+	return notes, rows.Err()
+}
+
+// Summary says in one line what a sync did.
+func Summary(r drivesync.Report) string {
+	var parts []string
+	if r.Recovered != "" {
+		// An earlier sync failed after saving its file for upload; this
+		// one finished sending it.
+		parts = append(parts, "sent the changes of a sync that failed")
+	}
+	switch {
+	case len(r.Downloaded) > 0:
+		parts = append(parts, fmt.Sprintf("received %s from %s", Plural(r.ChangesReceived, "change"), Plural(len(r.Downloaded), "file")))
+	case r.ChangesReceived > 0: // pulled from a sync server
+		parts = append(parts, "received "+Plural(r.ChangesReceived, "change"))
+	}
+	if r.Uploaded != "" {
+		parts = append(parts, "sent "+Plural(r.ChangesSent, "change"))
+	}
+	if len(r.Rejected) > 0 {
+		parts = append(parts, "rejected "+Plural(len(r.Rejected), "file"))
+	}
+	if len(parts) == 0 {
+		return "up to date"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Plural says n nouns.
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// Advice returns err with what the user can do about it, for the errors a
+// sync commonly meets.
+func Advice(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, drivesync.ErrRemoteChanged):
+		return fmt.Errorf("%w\n(run \"notes join\" to merge with the remote's store, or \"notes fresh\" if the remote was emptied)", err)
+	case errors.Is(err, drivesync.ErrWrongKey):
+		return fmt.Errorf("%w\n(pass the store's passphrase with -passphrase or $NOTES_PASSPHRASE)", err)
+	}
+	return err
+}

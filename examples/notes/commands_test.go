@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/examples/internal/notesapp"
+)
+
+// A new user's first steps: notes without a remote, ids as the demo shows
+// them, and a failed sync that prints only its error.
+func TestNewUser(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	dir := t.TempDir()
+	local := cli{t, filepath.Join(dir, "a.db"), nil}
+	id := strings.TrimSpace(local.run("add", "written offline"))
+	if list := local.run("list"); !strings.Contains(list, "written offline") {
+		t.Fatalf("list without a remote: %q", list)
+	}
+	local.run("edit", id[:8], "edited by its short id")
+	if list := local.run("list"); !strings.Contains(list, "edited by its short id") {
+		t.Fatalf("edit by the id's start: %q", list)
+	}
+	if msg := local.fail("edit", id[:2], "x"); !strings.Contains(msg, "at least the first 4 characters") {
+		t.Fatalf("a 2-character id: %s", msg)
+	}
+
+	// A sync that fails says only why, and what to do.
+	missing := cli{t, local.db, []string{"-remote", filepath.Join(dir, "missing")}}
+	out, err := missing.try("sync")
+	if err == nil || strings.Contains(out, "up to date") || strings.TrimSpace(out) != "" || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("a failed sync printed %q and returned %v", out, err)
+	}
+
+	// The note written offline goes out with the first sync.
+	remote := t.TempDir()
+	a := cli{t, local.db, []string{"-remote", remote}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-remote", remote}}
+	if got := a.run("sync"); !strings.Contains(got, "sent 1 change") {
+		t.Fatalf("the first sync: %q", got)
+	}
+	b.run("sync")
+	if list := b.run("list"); !strings.Contains(list, "edited by its short id") {
+		t.Fatalf("b lists %q", list)
+	}
+}
+
+// -passphrase encrypts what notes uploads; a device without it is told
+// what to do, and nothing of the notes shows on the remote.
+func TestPassphrase(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	t.Setenv("NOTES_PASSPHRASE", "")
+	dir, remote := t.TempDir(), t.TempDir()
+	a := cli{t, filepath.Join(dir, "a.db"), []string{"-remote", remote, "-passphrase", "correct horse"}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-remote", remote}}
+	a.run("add", "SECRET-NOTE-TEXT")
+	a.run("sync")
+	if msg := b.fail("sync"); !strings.Contains(msg, "-passphrase") {
+		t.Fatalf("b without the passphrase: %s", msg)
+	}
+	b.flags = append(b.flags, "-passphrase", "correct horse")
+	b.run("sync")
+	if list := b.run("list"); !strings.Contains(list, "SECRET-NOTE-TEXT") {
+		t.Fatalf("b lists %q", list)
+	}
+	filepath.WalkDir(remote, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte("SECRET-NOTE-TEXT")) {
+				t.Errorf("%s holds the note in plain", p)
+			}
+		}
+		return err
+	})
+}
+
+// status, conflicts and resolve: a note edited on two devices at once.
+func TestStatusAndConflicts(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	dir, remote := t.TempDir(), t.TempDir()
+	a := cli{t, filepath.Join(dir, "a.db"), []string{"-remote", remote}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-remote", remote}}
+	if st := a.run("status"); !strings.Contains(st, "last sync   never") || !strings.Contains(st, "pending     0 notes") {
+		t.Fatalf("status before a sync:\n%s", st)
+	}
+	id := strings.TrimSpace(a.run("add", "original"))
+	if st := a.run("status"); !strings.Contains(st, "pending     1 note") {
+		t.Fatalf("status with a pending note:\n%s", st)
+	}
+	a.run("sync")
+	b.run("sync")
+	a.run("edit", id, "a's version")
+	b.run("edit", id, "b's version")
+	a.run("sync")
+	b.run("sync")
+	a.run("sync")
+	if got := a.run("conflicts"); strings.Contains(got, "no conflicts") == strings.Contains(b.run("conflicts"), "no conflicts") {
+		t.Fatalf("conflicts: a %q, b %q; want them on the side that lost only", got, b.run("conflicts"))
+	}
+	loser := a
+	if strings.Contains(a.run("conflicts"), "no conflicts") {
+		loser = b
+	}
+	list := loser.run("conflicts")
+	if !strings.Contains(list, "yours \"") || !strings.Contains(list, id) {
+		t.Fatalf("the loser's conflicts:\n%s", list)
+	}
+	if st := loser.run("status"); !strings.Contains(st, "conflicts   1") {
+		t.Fatalf("status:\n%s", st)
+	}
+	cid := strings.Fields(list)[0]
+	if got := loser.run("resolve", cid, "mine"); !strings.Contains(got, "next sync sends it") {
+		t.Fatalf("resolve: %q", got)
+	}
+	loser.run("sync")
+	a.run("sync")
+	b.run("sync")
+	want := "a's version"
+	if loser.db == b.db {
+		want = "b's version"
+	}
+	for _, d := range []cli{a, b} {
+		if list := d.run("list"); !strings.Contains(list, want) {
+			t.Fatalf("%s lists %q, want %q kept", d.db, list, want)
+		}
+	}
+}
+
+// Progress goes to standard error, as plain lines when it is not a
+// terminal.
+func TestProgressLines(t *testing.T) {
+	var out bytes.Buffer
+	bar := newProgressBar(&out)
+	for i := range 4 {
+		bar.show(drivesync.Progress{Step: "download", Done: i, Total: 3, Bytes: int64(i), TotalBytes: 3})
+	}
+	bar.done()
+	if got := out.String(); got != "download 0/3 files\ndownload 3/3 files\n" {
+		t.Fatalf("plain progress %q", got)
+	}
+}
+
+// watch syncs a local change by itself.
+func TestWatch(t *testing.T) {
+	dir, remote := t.TempDir(), t.TempDir()
+	folder, err := drivesync.NewFolderRemote(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := notesapp.Open(context.Background(), filepath.Join(dir, "a.db"), drivesync.Config{Remote: folder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- watch(ctx, &out, a.Engine, newProgressBar(&bytes.Buffer{})) }()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := a.Add(ctx, "watched"); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(out.String(), "sent 1 change") && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "sent 1 change") {
+		t.Fatalf("watch printed %q", out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

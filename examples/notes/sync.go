@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/examples/internal/notesapp"
+)
+
+// progressBar shows a sync's progress on a terminal as one line redrawn
+// in place, and as plain lines ("download 3/12 files") elsewhere, one
+// per file.
+type progressBar struct {
+	mu    sync.Mutex
+	w     io.Writer
+	tty   bool
+	drawn bool   // a bar is on the terminal's last line
+	last  string // the last plain line, not to repeat it
+}
+
+func newProgressBar(w io.Writer) *progressBar {
+	f, ok := w.(*os.File)
+	return &progressBar{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+// show is a Config.Progress.
+func (b *progressBar) show(p drivesync.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.Step == "list" {
+		return
+	}
+	if !b.tty {
+		line := fmt.Sprintf("%s %d/%d files", p.Step, p.Done, p.Total)
+		if line != b.last && (p.Done == p.Total || p.Done == 0) {
+			fmt.Fprintln(b.w, line)
+			b.last = line
+		}
+		return
+	}
+	frac := 0.0
+	switch {
+	case p.TotalBytes > 0:
+		frac = float64(p.Bytes) / float64(p.TotalBytes)
+	case p.Total > 0:
+		frac = float64(p.Done) / float64(p.Total)
+	}
+	frac = min(max(frac, 0), 1)
+	const width = 30
+	n := int(frac * width)
+	detail := fmt.Sprintf("%d/%d files", p.Done, p.Total)
+	if p.TotalBytes > 0 {
+		detail += fmt.Sprintf(", %s of %s", size(p.Bytes), size(p.TotalBytes))
+	}
+	if p.Step == "apply" && p.Records > 0 {
+		detail += fmt.Sprintf(", %d changes", p.Records)
+	}
+	fmt.Fprintf(b.w, "\r\033[K%-8s [%s%s] %s", p.Step, strings.Repeat("#", n), strings.Repeat(".", width-n), detail)
+	b.drawn = true
+}
+
+// done ends the bar's line, so that what follows starts on its own.
+func (b *progressBar) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.drawn {
+		fmt.Fprint(b.w, "\r\033[K")
+		b.drawn = false
+	}
+	b.last = ""
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// printStatus prints what Engine.Status says.
+func printStatus(ctx context.Context, w io.Writer, e *drivesync.Engine) error {
+	st, err := e.Status(ctx)
+	if err != nil {
+		return err
+	}
+	ago := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.Local().Format("2006-01-02 15:04:05") + fmt.Sprintf(" (%s ago)", time.Since(t).Round(time.Second))
+	}
+	fmt.Fprintf(w, "device      %s\n", st.DeviceID)
+	fmt.Fprintf(w, "pending     %s\n", notesapp.Plural(st.Pending, "note"))
+	if st.OutboxWaiting {
+		fmt.Fprintln(w, "outbox      an upload waits: the next sync sends it first")
+	}
+	fmt.Fprintf(w, "last sync   %s\n", ago(st.LastSync))
+	if st.LastError != "" {
+		fmt.Fprintf(w, "  failed:   %s\n", st.LastError)
+		fmt.Fprintf(w, "last good   %s\n", ago(st.LastSuccess))
+	}
+	store := st.Store
+	if store == "" {
+		store = "none yet (the first sync creates or joins one)"
+	}
+	fmt.Fprintf(w, "store       %s\n", store)
+	if st.Remote != "" {
+		fmt.Fprintf(w, "remote      %s\n", st.Remote)
+	}
+	if st.Encrypted {
+		fmt.Fprintln(w, "encrypted   yes")
+	}
+	if st.RemoteBytes >= 0 {
+		fmt.Fprintf(w, "remote size %s (as of %s)\n", size(st.RemoteBytes), ago(st.RemoteBytesAt))
+	}
+	if st.ClockKnown {
+		fmt.Fprintf(w, "clock       %v from the remote's\n", st.ClockOffset.Round(time.Millisecond))
+	}
+	if st.ClockWarning != "" {
+		fmt.Fprintf(w, "warning     %s\n", st.ClockWarning)
+	}
+	if st.Conflicts > 0 {
+		fmt.Fprintf(w, "conflicts   %d (run notes conflicts)\n", st.Conflicts)
+	}
+	return nil
+}
+
+// printConflicts lists the conflict log.
+func printConflicts(ctx context.Context, w io.Writer, e *drivesync.Engine) error {
+	cs, err := e.Conflicts(ctx, drivesync.ConflictFilter{Table: "notes"})
+	if err != nil {
+		return err
+	}
+	if len(cs) == 0 {
+		fmt.Fprintln(w, "no conflicts")
+		return nil
+	}
+	for _, c := range cs {
+		fmt.Fprintf(w, "%d  note %s  %s: yours %s, theirs %s (from %s, %s)\n", c.ID, c.Record, strings.Join(c.Path, "."), c.Loser, c.Winner, c.WinnerDevice, c.At.Local().Format("2006-01-02 15:04"))
+	}
+	fmt.Fprintln(w, `keep yours with "notes resolve ID mine", theirs with "notes resolve ID theirs"`)
+	return nil
+}
+
+// resolve resolves conflict id with "mine" or "theirs".
+func resolve(ctx context.Context, w io.Writer, a *notesapp.App, id, keep string) error {
+	var n int64
+	if _, err := fmt.Sscan(id, &n); err != nil {
+		return fmt.Errorf("conflict id %q is not a number (run notes conflicts)", id)
+	}
+	how := map[string]drivesync.Resolution{"mine": drivesync.KeepLoser, "theirs": drivesync.KeepWinner}
+	r, ok := how[keep]
+	if !ok {
+		return fmt.Errorf("resolve %s %s: say mine or theirs", id, keep)
+	}
+	if err := a.Engine.ResolveConflict(ctx, n, r); err != nil {
+		return err
+	}
+	if r == drivesync.KeepLoser {
+		fmt.Fprintln(w, "your value is back; the next sync sends it")
+	} else {
+		fmt.Fprintln(w, "dismissed")
+	}
+	return nil
+}
+
+// watch syncs by itself until ctx is done (Ctrl-C), printing each sync's
+// result; Enter on standard input syncs at once.
+func watch(ctx context.Context, w io.Writer, e *drivesync.Engine, bar *progressBar) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lines := make(chan struct{})
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			select {
+			case lines <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case <-lines:
+				e.SyncNow()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	fmt.Fprintln(w, "syncing by itself; press Enter to sync now, Ctrl-C to stop")
+	return e.AutoSync(ctx, drivesync.AutoSyncOptions{
+		Interval: time.Minute,
+		OnSync: func(r drivesync.Report, err error) {
+			bar.done()
+			stamp := time.Now().Format("15:04:05")
+			if err != nil {
+				fmt.Fprintf(w, "%s  sync failed: %v\n", stamp, notesapp.Advice(err))
+				return
+			}
+			fmt.Fprintf(w, "%s  %s\n", stamp, notesapp.Summary(r))
+		},
+	})
+}
