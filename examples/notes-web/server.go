@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drivesync/drivesync"
+	"github.com/drivesync/drivesync/examples/internal/notesapp"
+)
+
+// server is one device's web app.
+type server struct {
+	app    *notesapp.App
+	mux    http.ServeMux
+	events *hub
+	// syncing is set while a sync started by the button runs: a second
+	// click waits for it rather than queueing another.
+	mu      sync.Mutex
+	syncing bool
+}
+
+func (s *server) Close() error { return s.app.Close() }
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *server) routes() {
+	s.mux.HandleFunc("GET /{$}", s.index)
+	s.mux.HandleFunc("POST /notes", s.add)
+	s.mux.HandleFunc("POST /notes/{id}", s.edit)
+	s.mux.HandleFunc("POST /notes/{id}/delete", s.remove)
+	s.mux.HandleFunc("POST /conflicts/{id}/{keep}", s.resolve)
+	s.mux.HandleFunc("POST /sync", s.sync)
+	s.mux.HandleFunc("GET /events", s.stream)
+}
+
+// page is what the index template shows.
+type page struct {
+	Notes     []notesapp.Note
+	Status    drivesync.Status
+	Conflicts []drivesync.Conflict
+	Error     string
+}
+
+func (s *server) index(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var p page
+	var err error
+	if p.Notes, err = s.app.List(ctx); err == nil {
+		if p.Status, err = s.app.Engine.Status(ctx); err == nil {
+			p.Conflicts, err = s.app.Engine.Conflicts(ctx, drivesync.ConflictFilter{Table: "notes"})
+		}
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	p.Error = r.URL.Query().Get("error")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := indexTemplate.Execute(w, p); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// back redirects to the index, with err shown if there is one.
+func back(w http.ResponseWriter, r *http.Request, err error) {
+	to := "/"
+	if err != nil {
+		to += "?error=" + template.URLQueryEscaper(err.Error())
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+func (s *server) add(w http.ResponseWriter, r *http.Request) {
+	text := strings.TrimSpace(r.FormValue("text"))
+	if text == "" {
+		back(w, r, fmt.Errorf("a note needs some text"))
+		return
+	}
+	_, err := s.app.Add(r.Context(), text)
+	back(w, r, err)
+}
+
+func (s *server) edit(w http.ResponseWriter, r *http.Request) {
+	back(w, r, s.app.Update(r.Context(), r.PathValue("id"), "text", r.FormValue("text")))
+}
+
+func (s *server) remove(w http.ResponseWriter, r *http.Request) {
+	back(w, r, s.app.Update(r.Context(), r.PathValue("id"), "deleted_at", notesapp.Now()))
+}
+
+func (s *server) resolve(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		back(w, r, fmt.Errorf("conflict id %q is not a number", r.PathValue("id")))
+		return
+	}
+	keep := map[string]drivesync.Resolution{"mine": drivesync.KeepLoser, "theirs": drivesync.KeepWinner}
+	k, ok := keep[r.PathValue("keep")]
+	if !ok {
+		back(w, r, fmt.Errorf("keep mine or theirs, not %q", r.PathValue("keep")))
+		return
+	}
+	back(w, r, s.app.Engine.ResolveConflict(r.Context(), id, k))
+}
+
+// sync starts a sync, unless one runs; the page follows it on /events.
+func (s *server) sync(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	running := s.syncing
+	s.syncing = true
+	s.mu.Unlock()
+	if !running {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			rep, err := s.app.Engine.Sync(ctx)
+			s.mu.Lock()
+			s.syncing = false
+			s.mu.Unlock()
+			done := map[string]any{"summary": notesapp.Summary(rep)}
+			if err != nil {
+				done["error"] = err.Error()
+			}
+			s.events.send("synced", done)
+		}()
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// progress is the engine's Config.Progress: it goes to every page open.
+func (s *server) progress(p drivesync.Progress) {
+	s.events.send("progress", map[string]any{"step": p.Step, "done": p.Done, "total": p.Total, "bytes": p.Bytes, "totalBytes": p.TotalBytes, "records": p.Records})
+}
+
+// stream sends the sync's events to a page, as server-sent events.
+func (s *server) stream(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	ch := s.events.subscribe()
+	defer s.events.unsubscribe(ch)
+	fmt.Fprint(w, ": connected\n\n")
+	fl.Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-ch:
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.name, ev.data)
+			fl.Flush()
+		}
+	}
+}
+
+// hub fans events out to the pages listening.
+type hub struct {
+	mu   sync.Mutex
+	subs map[chan event]bool
+}
+
+type event struct {
+	name string
+	data []byte
+}
+
+func newHub() *hub { return &hub{subs: map[chan event]bool{}} }
+
+func (h *hub) subscribe() chan event {
+	ch := make(chan event, 64)
+	h.mu.Lock()
+	h.subs[ch] = true
+	h.mu.Unlock()
+	return ch
+}
+
+func (h *hub) unsubscribe(ch chan event) {
+	h.mu.Lock()
+	delete(h.subs, ch)
+	h.mu.Unlock()
+}
+
+// send gives every listener the event; a listener too slow for it misses
+// a progress update, never the end of a sync.
+func (h *hub) send(name string, v any) {
+	data, _ := json.Marshal(v)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		select {
+		case ch <- event{name, data}:
+			continue
+		default:
+		}
+		if name != "progress" {
+			// Make room: an old update gives way to the sync's end.
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- event{name, data}:
+			default:
+			}
+		}
+	}
+}
+
+var indexTemplate = template.Must(template.New("index").Funcs(template.FuncMap{
+	"join": strings.Join,
+	"ago": func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.Local().Format("15:04:05")
+	},
+}).Parse(indexHTML))
