@@ -119,11 +119,15 @@ func (e *Engine) AutoSync(ctx context.Context, opts AutoSyncOptions) error {
 			return ErrClosed
 		}
 		now = time.Now()
-		// Records a sync could not send stay pending: only a change of
-		// the count from here is a new local change.
+		// Records the sync could not send stay pending, and so do those
+		// the app wrote while it ran: the latter are due a debounce
+		// from now; from here on, a new count is a new local change.
 		localDue = time.Time{}
 		if pending, perr := e.pendingCount(ctx); perr == nil {
 			lastPending = pending
+			if pending > len(r.Skipped) {
+				localDue = now.Add(opts.Debounce)
+			}
 		}
 		if err != nil {
 			failures++

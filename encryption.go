@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -162,8 +163,9 @@ func (e *Engine) keyIdentity(k Key, store string, logN int) (*age.X25519Identity
 
 // A key added by a rotation leaves its check under keys/, named
 // key_{remote time}_{device}_{fingerprint}.age: the fingerprint (see
-// seal.Fingerprint) tells every device from the listing alone whether it
-// has that key, with no download.
+// seal.Fingerprint) tells every device from a listing alone whether it
+// holds that key. The time only keeps names unique: nothing is ordered
+// by it, since a folder's devices name files by clocks that disagree.
 const (
 	keysFolder  = "keys/"
 	maxKeyCheck = 64 << 10
@@ -173,20 +175,18 @@ func keyCheckName(at time.Time, device, fingerprint string) string {
 	return keysFolder + "key_" + at.UTC().Format(nameTimeLayout) + "_" + device + "_" + fingerprint + ".age"
 }
 
-// parseKeyCheckName returns the time and fingerprint a key check's name
-// carries.
-func parseKeyCheckName(name string) (at time.Time, fingerprint string, ok bool) {
+// keyCheckFingerprint returns the fingerprint a key check's name carries.
+func keyCheckFingerprint(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, keysFolder+"key_")
-	if !ok || strings.Contains(rest, "/") || len(rest) < len(nameTimeLayout)+1 {
-		return time.Time{}, "", false
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
 	}
-	at, err := time.Parse(nameTimeLayout, rest[:len(nameTimeLayout)])
 	rest, ok = strings.CutSuffix(rest, ".age")
 	i := strings.LastIndexByte(rest, '_')
-	if err != nil || !ok || i < 0 {
-		return time.Time{}, "", false
+	if !ok || i < 0 {
+		return "", false
 	}
-	return at, rest[i+1:], true
+	return rest[i+1:], true
 }
 
 func wrongKey(format string, args ...any) error {
@@ -196,15 +196,15 @@ func wrongKey(format string, args ...any) error {
 // bindKeys sets the run's keys for the store of marker m, or fails with
 // ErrWrongKey before anything is applied or uploaded: the store is
 // encrypted and this device has no key, or a key that opens none of the
-// store's key checks; the store is plain and this device would encrypt;
-// or the listing shows a key another device added (a rotation) that this
-// device lacks.
+// store's key checks; or the store is plain and this device would
+// encrypt.
 //
 // A device's current key is verified once per store and remembered. A key
 // that opens no check but arrives with a previous key that does is a
 // rotation: the device leaves a check for it under keys/, so that devices
-// that know only the new key can verify it once the old one is dropped,
-// and devices that know only the old one stop.
+// that know only the new key can verify it once the old one is dropped.
+// A device that lacks a key another device added learns it from the first
+// file encrypted with it (see foreignKey).
 func (s *syncRun) bindKeys(ctx context.Context, m marker, own bool, l *listing) error {
 	e := s.e
 	e.keys = nil
@@ -236,97 +236,79 @@ func (s *syncRun) bindKeys(ctx context.Context, m marker, own bool, l *listing) 
 		}
 		k.read = append(k.read, id)
 	}
-	fps := k.fingerprints()
+	fp := k.fingerprints()[0]
 	verified, err := getMeta(ctx, s.conn, metaKeyVerified)
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	if own {
-		e.keys = k
-		return nil
-	}
-	fp, since, _ := strings.Cut(verified, " ")
-	sinceAt, err := time.Parse(time.RFC3339Nano, since)
-	if fp != fps[0] || err != nil {
-		if sinceAt, err = s.verifyKey(ctx, m, enc, k); err != nil {
+	if !own && verified != fp {
+		if err := s.verifyKey(ctx, m, enc, k); err != nil {
 			return err
 		}
-		if err := s.setMetas(ctx, metaKeyVerified, fps[0]+" "+sinceAt.UTC().Format(time.RFC3339Nano)); err != nil {
+		if err := s.setMetas(ctx, metaKeyVerified, fp); err != nil {
 			return err
-		}
-	}
-	// A key another device added since this device's key: the files it
-	// encrypts from now on are not this device's to read.
-	for _, f := range l.files {
-		if at, fp, ok := parseKeyCheckName(f.Name); ok && fp != fps[0] && !at.Before(sinceAt) {
-			return wrongKey("another device changed store %s's key (%s): the files it uploads from now on are encrypted with a key this device does not have. Nothing was applied or uploaded. Set the new key in Config.Encryption, and this device's key in Config.PreviousKeys until a snapshot has replaced the old files", m.Store, f.Name)
 		}
 	}
 	e.keys = k
 	return nil
 }
 
-// verifyKey checks that k's current key is the store's newest, and
-// returns the remote time it became so: the store's creation (the
-// marker's check) or the newest check under keys/ that it opens. A
-// current key that is new to the store, with a previous key that is the
-// store's newest, is a rotation: it leaves a check under keys/.
-func (s *syncRun) verifyKey(ctx context.Context, m marker, enc *markerEncryption, k *keyring) (time.Time, error) {
+// verifyKey checks that k's current key is one of the store's: it opens
+// the marker's check or a check under keys/ that names it. A current key
+// that opens none, with a previous key that opens one, is a rotation: it
+// leaves a check under keys/.
+func (s *syncRun) verifyKey(ctx context.Context, m marker, enc *markerEncryption, k *keyring) error {
 	e := s.e
-	fps := k.fingerprints()
+	if seal.Opens(enc.Check, k.store, k.read[:1]) {
+		return nil
+	}
 	files, err := e.cfg.Remote.List(ctx, time.Time{})
 	if err != nil {
-		return time.Time{}, remoteErr("list", "", err)
+		return remoteErr("list", "", err)
 	}
-	type check struct {
-		name string
-		at   time.Time
-		key  int // index in k.read, -1 for a key this device lacks
+	fps := k.fingerprints()
+	opens := make([]bool, len(k.read))
+	for i, id := range k.read[1:] {
+		opens[i+1] = seal.Opens(enc.Check, k.store, []age.Identity{id})
 	}
-	var checks []check
 	for _, f := range files {
-		if at, fp, ok := parseKeyCheckName(f.Name); ok {
-			checks = append(checks, check{f.Name, at, slices.Index(fps, fp)})
+		fp, ok := keyCheckFingerprint(f.Name)
+		i := slices.Index(fps, fp)
+		if !ok || i < 0 || opens[i] {
+			continue
+		}
+		if opens[i], err = s.keyCheckOpens(ctx, f.Name, k.store, k.read[i]); err != nil {
+			return err
+		}
+		if opens[0] {
+			return nil
 		}
 	}
-	// Newest first: the store's current key is the newest that opens.
-	slices.SortFunc(checks, func(a, b check) int { return b.at.Compare(a.at) })
-	newest := -2 // the index in k.read of the store's newest key; -1: a key k lacks
-	var newestAt time.Time
-	for _, c := range checks {
-		if c.key < 0 {
-			newest, newestAt = -1, c.at
-			break
-		}
-		ok, err := s.keyCheckOpens(ctx, c.name, k.store, k.read[c.key])
-		if err != nil {
-			return time.Time{}, err
-		}
-		if ok {
-			newest, newestAt = c.key, c.at
-			break
-		}
-		// Damaged, or not what its name says: it proves nothing.
-	}
-	if newest == -2 {
-		for i, id := range k.read {
-			if seal.Opens(enc.Check, k.store, []age.Identity{id}) {
-				newest, newestAt = i, m.Created
-				break
-			}
-		}
-	}
-	switch {
-	case newest == 0:
-		return newestAt, nil
-	case newest > 0:
-		// A rotation: a previous key is the store's newest, so the store
-		// is this user's, and the current key is new to it.
+	if slices.Contains(opens[1:], true) {
+		// A rotation: a previous key is the store's, so the store is
+		// this user's, and the current key is new to it.
 		return s.addKeyCheck(ctx, k)
-	case newest == -1:
-		return time.Time{}, wrongKey("another device changed store %s's key: the newest files are encrypted with a key this device does not have. Nothing was applied or uploaded. Set the new key in Config.Encryption, and this device's key in Config.PreviousKeys until a snapshot has replaced the old files", m.Store)
 	}
-	return time.Time{}, wrongKey("%s in Config.Encryption does not open store %s: it is not the key the store was encrypted with. Nothing was applied or uploaded. Ask for the store's passphrase or key again; after a key change on another device, set the new key in Config.Encryption (and the old one in Config.PreviousKeys until a snapshot has replaced the old files)", e.cfg.Encryption.describe(), m.Store)
+	return wrongKey("%s in Config.Encryption does not open store %s: it is not the key the store was encrypted with. Nothing was applied or uploaded. Ask for the store's passphrase or key again; after a key change on another device, set the new key in Config.Encryption (and the old one in Config.PreviousKeys until a snapshot has replaced the old files)", e.cfg.Encryption.describe(), m.Store)
+}
+
+// foreignKey looks, after a file turned out to be encrypted to none of
+// this device's keys, for a key of the store this device lacks: another
+// device changed the key. It returns the ErrWrongKey that stops the sync
+// if there is one, nil if the file is only broken (its header altered).
+func (s *syncRun) foreignKey(ctx context.Context, file string) error {
+	e := s.e
+	files, err := e.cfg.Remote.List(ctx, time.Time{})
+	if err != nil {
+		return remoteErr("list", "", err)
+	}
+	fps := e.keys.fingerprints()
+	for _, f := range files {
+		if fp, ok := keyCheckFingerprint(f.Name); ok && !slices.Contains(fps, fp) {
+			return &Error{Op: "sync", File: file, Err: fmt.Errorf("%w: this file is encrypted with a key this device does not have, and the store has such a key (%s): another device changed the store's key, or this device dropped an old key before the files encrypted with it were compacted. Nothing was applied or uploaded. Set the new key in Config.Encryption, and keep every older key the store's files still use in Config.PreviousKeys", ErrWrongKey, f.Name)}
+		}
+	}
+	return nil
 }
 
 // keyCheckOpens reports whether id opens the key check name; a check
@@ -356,25 +338,23 @@ func (k *keyring) fingerprints() []string {
 	return fps
 }
 
-// addKeyCheck leaves a check for the current key under keys/ and returns
-// the time its name carries.
-func (s *syncRun) addKeyCheck(ctx context.Context, k *keyring) (time.Time, error) {
+// addKeyCheck leaves a check for the current key under keys/.
+func (s *syncRun) addKeyCheck(ctx context.Context, k *keyring) error {
 	e := s.e
 	check, err := seal.Check(k.store, k.write.Recipient())
 	if err != nil {
-		return time.Time{}, &Error{Op: "sync", Err: err}
+		return &Error{Op: "sync", Err: err}
 	}
 	now, err := e.cfg.Remote.Now(ctx)
 	if err != nil {
-		return time.Time{}, remoteErr("add key", "", err)
+		return remoteErr("add key", "", err)
 	}
-	now = now.UTC().Truncate(time.Millisecond) // as the name carries it
 	name := keyCheckName(now, e.deviceID, k.fingerprints()[0])
 	if err := e.cfg.Remote.Create(ctx, name, strings.NewReader(check+"\n")); err != nil && !errors.Is(err, fs.ErrExist) {
-		return time.Time{}, remoteErr("add key", name, err)
+		return remoteErr("add key", name, err)
 	}
 	e.log.Info("drivesync: added a key to the store (a key rotation)", "store", k.store, "check", name)
-	return now, nil
+	return nil
 }
 
 // listedOver reports whether a listed file is larger than a file that
@@ -406,20 +386,67 @@ func (e *Engine) openFile(ctx context.Context, name string) (io.ReadCloser, erro
 }
 
 // createFile creates a store file, encrypted if the store is.
-func (e *Engine) createFile(ctx context.Context, name string, content io.Reader) error {
+// The content stays seekable, so that a Remote can send it again when a
+// try fails (DriveRemote does): an encrypted file is sealed into a
+// temporary file first. progress says that its bytes are the current
+// step's (see Progress).
+func (e *Engine) createFile(ctx context.Context, name string, content io.ReadSeeker, progress bool) error {
 	if e.cfg.Encryption != nil {
 		if e.keys == nil {
 			return errors.New("drivesync: internal error: a file written before the store's keys were bound")
 		}
-		var err error
-		if content, err = seal.Encrypt(content, name, e.keys.write.Recipient()); err != nil {
+		sealed, err := seal.Encrypt(content, name, e.keys.write.Recipient())
+		if err != nil {
 			return err
 		}
+		f, err := os.CreateTemp(e.cfg.TempDir, "drivesync-sealed-*")
+		if err != nil {
+			return &Error{Op: "upload", File: name, Err: err}
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		if _, err := io.Copy(f, sealed); err != nil {
+			return &Error{Op: "upload", File: name, Err: fmt.Errorf("seal: %w", err)}
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return &Error{Op: "upload", File: name, Err: err}
+		}
+		content = f
 	}
-	counted := &countingReader{r: content}
+	counted := &uploadReader{r: content, e: e, progress: progress}
 	err := e.cfg.Remote.Create(ctx, name, counted)
 	if err == nil {
 		e.uploaded += counted.n
 	}
 	return err
+}
+
+// uploadReader counts the bytes a Remote reads of a file it uploads, for
+// Status and Progress; a Remote that reads it again from the start (a
+// retry) counts from zero again.
+type uploadReader struct {
+	r        io.ReadSeeker
+	e        *Engine
+	progress bool
+	n        int64
+}
+
+func (u *uploadReader) Read(p []byte) (int, error) {
+	n, err := u.r.Read(p)
+	u.n += int64(n)
+	if u.progress && n > 0 {
+		u.e.progressBytes(int64(n))
+	}
+	return n, err
+}
+
+func (u *uploadReader) Seek(offset int64, whence int) (int64, error) {
+	pos, err := u.r.Seek(offset, whence)
+	if err == nil && pos < u.n {
+		if u.progress {
+			u.e.meter.p.Bytes -= u.n - pos
+		}
+		u.n = pos
+	}
+	return pos, err
 }

@@ -193,6 +193,9 @@ type Engine struct {
 	// meter paces its progress updates.
 	uploaded int64
 	meter    meter
+	// last is how the last run ended, for Status (see recordStatus).
+	lastMu sync.Mutex
+	last   lastSync
 	// auto is set while AutoSync runs; syncNow carries SyncNow to it.
 	auto    atomic.Bool
 	syncNow chan struct{}

@@ -328,6 +328,12 @@ func (f *fetcher) readFailed(ctx context.Context, d *downloaded, src *countingRe
 		return remoteErr("download", d.name, src.failed)
 	case spoolErr != nil: // a local disk problem, not the file's fault
 		return &Error{Op: "download", File: d.name, Err: spoolErr}
+	case errors.Is(err, seal.ErrNoKey):
+		// Another device's new key, or a header altered: the store's
+		// key checks tell which.
+		if werr := f.foreignKey(ctx, d.name); werr != nil {
+			return werr
+		}
 	}
 	f.reject(d, classifyFileErr(err))
 	return nil
@@ -338,6 +344,11 @@ func (f *fetcher) reject(d *downloaded, err error) {
 	r := rejectedFile{size: d.size, reader: f.readerKey()}
 	if ahead := (*versionsAheadError)(nil); errors.As(err, &ahead) {
 		r.reader += readAgainAt + ahead.at.UTC().Format(time.RFC3339Nano)
+	} else if errors.Is(err, seal.ErrNoKey) {
+		// Encrypted with a key this device lacks, and the store listed no
+		// such key yet: read it again at the next sync, which may list
+		// the key another device added, and stop then (see foreignKey).
+		r.reader += readAgainAt + f.l.cursor.UTC().Format(time.RFC3339Nano)
 	}
 	f.out.rejected[d.name] = r
 	f.report.Rejected = append(f.report.Rejected, FileError{Name: d.name, Err: &Error{Op: "read", File: d.name, Err: err}})

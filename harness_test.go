@@ -269,14 +269,18 @@ type world struct {
 	// step at which every device changes to a new key, -1 for none.
 	keys     []Key
 	rotateAt int
-	mem      *MemoryRemote
-	drive    *drivefake.Server // set when the devices use Drive
-	ext      HarnessStore      // set when the devices use an external backend
-	server   bool              // ext is a HarnessServerStore: the devices sync through a Server
-	rng      *rand.Rand
-	mu       sync.Mutex
-	faults   bool
-	folder   bool // devices' clocks disagree; List ignores since
+	// rotating is set between one device's key change and the others
+	// catching up (catchUpAt): their syncs may stop with ErrWrongKey.
+	rotating  bool
+	catchUpAt int
+	mem       *MemoryRemote
+	drive     *drivefake.Server // set when the devices use Drive
+	ext       HarnessStore      // set when the devices use an external backend
+	server    bool              // ext is a HarnessServerStore: the devices sync through a Server
+	rng       *rand.Rand
+	mu        sync.Mutex
+	faults    bool
+	folder    bool // devices' clocks disagree; List ignores since
 	// hidden[device][name]: the file stays invisible to that device's
 	// next few listings, within maxLag of its creation.
 	hidden map[string]map[string]hiddenFile
@@ -862,10 +866,60 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		// snapshot near MaxSnapshotSize.
 		rt.Fatalf("%s: a snapshot was refused: %v", d.name, err)
 	}
+	if errors.Is(err, ErrWrongKey) && d.remote.w.rotating {
+		count("sync stopped: another device changed the key")
+		return r, err
+	}
 	if err != nil && !errors.Is(err, errFault) && !errors.Is(err, ErrRemote) {
 		rt.Fatalf("%s: sync failed with an error that is not an injected fault: %v", d.name, err)
 	}
 	return r, err
+}
+
+// rotate changes one device's key, or two devices' to two different keys
+// at once; the others keep the old key until catchUp.
+func rotate(rt *rapid.T, w *world, devs []*hdevice) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.keys[0]
+	n := 1
+	if len(devs) > 2 && rapid.Bool().Draw(rt, "concurrentRotation") {
+		n = 2
+		count("key changed on two devices at once, to different keys")
+	} else {
+		count("key changed on one device")
+	}
+	for j, d := range devs[:n] {
+		d.cfg.Encryption, d.cfg.PreviousKeys = Passphrase(fmt.Sprint("harness key 2", "abc"[j:j+1])), []Key{old}
+		if d.eng != nil {
+			d.openEngine(rt)
+		}
+	}
+	// Devices that join meanwhile get the old key, as a user who has not
+	// heard of the change would.
+	w.keys = []Key{Passphrase("harness key 2a"), Passphrase("harness key 2b"), old}
+	w.rotating = true
+	rt.Logf("%d device(s) change the key", n)
+}
+
+// catchUp gives every device every key: the first new one current, the
+// others to read what was encrypted with them.
+func catchUp(rt *rapid.T, w *world, devs []*hdevice) {
+	if !w.rotating {
+		return
+	}
+	w.mu.Lock()
+	w.rotating = false
+	keys := w.keys
+	w.mu.Unlock()
+	for _, d := range devs {
+		d.cfg.Encryption, d.cfg.PreviousKeys = keys[0], keys[1:]
+		if d.eng != nil {
+			d.openEngine(rt)
+		}
+	}
+	count("every device given the new keys")
+	rt.Logf("every device gets the new keys")
 }
 
 // removalRun adds a batch of keys to a record and removes it again,
@@ -1383,6 +1437,7 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		count("schedules of an encrypted store")
 		if rapid.Bool().Draw(rt, "rotate") {
 			w.rotateAt = rapid.IntRange(0, 30).Draw(rt, "rotateAt")
+			w.catchUpAt = w.rotateAt + rapid.IntRange(0, 8).Draw(rt, "catchUpAfter")
 		}
 	}
 	var devs []*hdevice
@@ -1456,6 +1511,9 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		d.cfg = Config{Remote: d.remote, Tables: harnessTables(false), DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
 		if w.keys != nil {
 			d.cfg.Encryption, d.cfg.PreviousKeys = w.keys[0], w.keys[1:]
+			if w.rotating { // the old key only, until catchUp
+				d.cfg.Encryption, d.cfg.PreviousKeys = w.keys[len(w.keys)-1], nil
+			}
 		}
 		if srv != nil {
 			d.cfg.Remote, d.cfg.Server = nil, &harnessServer{r: d.remote, base: srv}
@@ -1509,19 +1567,10 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 	steps := rapid.IntRange(5, 40).Draw(rt, "steps")
 	for i := range steps {
 		if i == w.rotateAt {
-			// Every device changes to a new key at once, the old one kept
-			// to read the files encrypted with it.
-			w.mu.Lock()
-			w.keys = []Key{Passphrase("harness key 2"), w.keys[0]}
-			w.mu.Unlock()
-			for _, d := range devs {
-				d.cfg.Encryption, d.cfg.PreviousKeys = w.keys[0], w.keys[1:]
-				if d.eng != nil {
-					d.openEngine(rt)
-				}
-			}
-			count("key changed mid-schedule")
-			rt.Logf("every device changes to a new key")
+			rotate(rt, w, devs)
+		}
+		if i == w.catchUpAt {
+			catchUp(rt, w, devs)
 		}
 		d := devs[rapid.IntRange(0, len(devs)-1).Draw(rt, "device")]
 		label := fmt.Sprint(i)
@@ -1704,7 +1753,9 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 			d.setDetached(rt, false)
 		}
 	}
-	// Every rejected file is due to be read again.
+	// Every device has the keys by now, and every rejected file is due
+	// to be read again.
+	catchUp(rt, w, devs)
 	w.advance(rejectRetryMax + time.Hour)
 	quiesce(rt, w, devs, true)
 	if fixRefused(rt, m, devs) {

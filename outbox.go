@@ -189,7 +189,7 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		err = e.createFile(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name})
+		err = e.createFile(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name}, false)
 		if errors.Is(err, fs.ErrExist) {
 			// Published by the earlier sync, or another file of that
 			// name: only the same bytes prove the former.
@@ -421,7 +421,7 @@ func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 		if _, err := up.f.Seek(0, io.SeekStart); err != nil {
 			return &Error{Op: "upload", File: up.name, Err: err}
 		}
-		err := s.e.createFile(ctx, up.name, progressReader{up.f, s.e})
+		err := s.e.createFile(ctx, up.name, up.f, true)
 		if err == nil {
 			return nil
 		}

@@ -79,7 +79,15 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 		return st, &Error{Op: "status", Err: err}
 	}
 	var last lastSync
-	if raw != "" && json.Unmarshal([]byte(raw), &last) == nil {
+	if raw == "" || json.Unmarshal([]byte(raw), &last) != nil {
+		last = lastSync{}
+	}
+	e.lastMu.Lock()
+	if e.last.At.After(last.At) {
+		last = e.last // not recorded in the database (locked, or the sync's deadline passed)
+	}
+	e.lastMu.Unlock()
+	if !last.At.IsZero() {
 		st.LastSync, st.LastError, st.LastSuccess = last.At, last.Error, last.Success
 		st.ClockOffset, st.ClockKnown = last.Offset, last.OffsetKnown
 		if last.BytesAt.IsZero() {
@@ -123,14 +131,19 @@ func (s *syncRun) noteRemoteSize(files []RemoteFile) {
 	s.e.uploaded = 0 // counted from this listing on
 }
 
-// recordStatus records how the run ended, for Status. It is best effort:
-// a database it cannot write to keeps the previous status.
+// recordStatus records how the run ended, for Status: in the Engine, and
+// in the database if it can be written at once, within the run's
+// context: a sync never outlasts its caller's deadline for it, and a
+// database another writer holds keeps the previous status there.
 func (s *syncRun) recordStatus(ctx context.Context, runErr error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	var last lastSync
-	if raw, err := getMeta(ctx, s.conn, metaStatus); err == nil && raw != "" {
-		json.Unmarshal([]byte(raw), &last)
+	e := s.e
+	e.lastMu.Lock()
+	last := e.last
+	e.lastMu.Unlock()
+	if last.At.IsZero() {
+		if raw, err := getMeta(ctx, s.conn, metaStatus); err == nil && raw != "" {
+			json.Unmarshal([]byte(raw), &last)
+		}
 	}
 	last.At = time.Now().UTC()
 	last.Error = ""
@@ -146,8 +159,24 @@ func (s *syncRun) recordStatus(ctx context.Context, runErr error) {
 		// The listing's files and what this run uploaded after it.
 		last.Bytes, last.BytesAt = s.remoteBytes+s.e.uploaded, s.remoteBytesAt
 	}
+	e.lastMu.Lock()
+	e.last = last
+	e.lastMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
 	b, _ := json.Marshal(last)
+	// Not waiting for another writer: the app's busy_timeout is set
+	// aside for this one write.
+	var busy int
+	if err := s.conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&busy); err == nil && busy > 0 {
+		if _, err := s.conn.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err == nil {
+			defer s.conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf(`PRAGMA busy_timeout = %d`, busy))
+		}
+	}
 	if err := setMeta(ctx, s.conn, metaStatus, string(b)); err != nil {
-		s.e.log.Warn("drivesync: could not record the sync's status", "err", err)
+		e.log.Info("drivesync: the sync's status is kept in memory: the database is busy", "err", err)
 	}
 }

@@ -6,7 +6,9 @@
 //
 //	go run ./examples/notes-web -db a.db -remote DIR
 //
-// It serves on 127.0.0.1 only and prints the address to open.
+// It serves on 127.0.0.1 only and prints the address to open. With no
+// flags it keeps notes.db and syncs through notes-shared, a folder beside
+// it, on port 8080 (or a free port if that one is taken).
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"github.com/drivesync/drivesync"
@@ -38,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("notes-web", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	dbPath := flags.String("db", "notes.db", "database file")
-	remoteDir := flags.String("remote", os.Getenv("NOTES_REMOTE"), "shared folder to sync through")
+	remoteDir := flags.String("remote", os.Getenv("NOTES_REMOTE"), "shared folder to sync through (default: notes-shared beside the database)")
 	addr := flags.String("addr", "127.0.0.1:8080", "address to serve on (127.0.0.1:0 picks a free port)")
 	passphrase := flags.String("passphrase", os.Getenv("NOTES_PASSPHRASE"), "encrypt the store with this passphrase")
 	if err := flags.Parse(args); err != nil {
@@ -48,8 +51,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *remoteDir == "" {
-		return errors.New("no remote: pass -remote DIR, the folder your devices share (any empty folder to start)")
+		// A first run with no flags: a shared folder beside the database,
+		// which a second instance (-db other.db) can sync through.
+		*remoteDir = filepath.Join(filepath.Dir(*dbPath), "notes-shared")
+		if err := os.MkdirAll(*remoteDir, 0o755); err != nil {
+			return err
+		}
 	}
+	fmt.Fprintf(stdout, "notes-web: %s syncs through %s\n", *dbPath, *remoteDir)
 	remote, err := drivesync.NewFolderRemote(*remoteDir)
 	if err != nil {
 		return err
@@ -60,6 +69,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	defer srv.Close()
 	l, err := net.Listen("tcp", *addr)
+	if err != nil && !addrSet(flags) {
+		l, err = net.Listen("tcp", "127.0.0.1:0") // 8080 is taken: any free port
+	}
 	if err != nil {
 		return err
 	}
@@ -91,4 +103,10 @@ func newServer(ctx context.Context, dbPath string, cfg drivesync.Config, passphr
 	s.app = a
 	s.routes()
 	return s, nil
+}
+
+// addrSet reports whether -addr was given.
+func addrSet(flags *flag.FlagSet) (set bool) {
+	flags.Visit(func(f *flag.Flag) { set = set || f.Name == "addr" })
+	return set
 }

@@ -32,6 +32,11 @@ import (
 // none of the keys given.
 var ErrSealed = errors.New("the file cannot be decrypted")
 
+// ErrNoKey (which matches ErrSealed too) says that a file's header is
+// whole but encrypted to none of the keys given: another key, or a
+// header altered where it names its recipient.
+var ErrNoKey = fmt.Errorf("%w: none of this device's keys opens it", ErrSealed)
+
 const prefix = "drivesync-sealed "
 
 // Encrypt returns a reader of src sealed under name for recipient.
@@ -80,12 +85,12 @@ func (r *reader) Read(p []byte) (int, error) {
 
 func (r *reader) open() error {
 	if len(r.ids) == 0 {
-		return fmt.Errorf("%w: no key to decrypt it with", ErrSealed)
+		return ErrNoKey
 	}
 	pr, err := age.Decrypt(r.src, r.ids...)
 	if err != nil {
 		if errors.As(err, new(*age.NoIdentityMatchError)) && r.src.err == nil {
-			return fmt.Errorf("%w: none of this device's keys opens it (it was encrypted with another key, or its header was altered)", ErrSealed)
+			return fmt.Errorf("%w (it was encrypted with another key, or its header was altered)", ErrNoKey)
 		}
 		return r.fail(err)
 	}
