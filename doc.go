@@ -56,6 +56,20 @@
 //     device saw deleted is exactly the new row everywhere. A soft delete (a deleted_at
 //     field in content) is an ordinary edit.
 //
+// What a concurrent write overwrote is kept in the conflict log
+// (Engine.Conflicts), on the side that lost; ResolveConflict brings it
+// back (KeepLoser) or dismisses it (KeepWinner).
+//
+// # On top of Sync
+//
+//   - Config.Encryption (Passphrase, X25519Key) encrypts and
+//     authenticates every file a device uploads; a wrong or missing key
+//     fails Sync with ErrWrongKey before anything is applied or uploaded.
+//   - Engine.AutoSync syncs by itself: after local edits, every interval,
+//     at once on SyncNow, backing off while the remote is unreachable.
+//   - Engine.Status says what waits and how the last sync went, from the
+//     database alone; Config.Progress reports files, bytes and records.
+//
 // # Values
 //
 // RFC 7396 cannot set a member to null (null means "remove"), so a member
