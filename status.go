@@ -3,6 +3,7 @@ package drivesync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -83,10 +84,14 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 		last = lastSync{}
 	}
 	e.lastMu.Lock()
-	if e.last.At.After(last.At) {
-		last = e.last // not recorded in the database (locked, or the sync's deadline passed)
-	}
+	mem := e.last
 	e.lastMu.Unlock()
+	if mem.At.After(last.At) {
+		last = mem // not recorded in the database (locked, or the sync's deadline passed)
+	}
+	if mem.BytesAt.After(last.BytesAt) {
+		last.Bytes, last.BytesAt = mem.Bytes, mem.BytesAt // from RemoteSize
+	}
 	if !last.At.IsZero() {
 		st.LastSync, st.LastError, st.LastSuccess = last.At, last.Error, last.Success
 		st.ClockOffset, st.ClockKnown = last.Offset, last.OffsetKnown
@@ -179,4 +184,28 @@ func (s *syncRun) recordStatus(ctx context.Context, runErr error) {
 	if err := setMeta(ctx, s.conn, metaStatus, string(b)); err != nil {
 		e.log.Info("drivesync: the sync's status is kept in memory: the database is busy", "err", err)
 	}
+}
+
+// RemoteSize lists the remote and returns the bytes the store's files
+// take there, a request Status never makes itself; Status shows the
+// result from then on. A sync server does not say: it returns an error.
+func (e *Engine) RemoteSize(ctx context.Context) (int64, error) {
+	if e.cfg.Remote == nil {
+		return 0, &Error{Op: "remote size", Err: errors.New("a sync server does not report the size of a store")}
+	}
+	files, err := e.cfg.Remote.List(ctx, time.Time{})
+	if err != nil {
+		return 0, remoteErr("list", "", err)
+	}
+	var n int64
+	for _, f := range files {
+		if f.Size < 0 {
+			return 0, &Error{Op: "remote size", Err: errors.New("the remote does not list the sizes of its files")}
+		}
+		n += f.Size
+	}
+	e.lastMu.Lock()
+	e.last.Bytes, e.last.BytesAt = n, time.Now().UTC()
+	e.lastMu.Unlock()
+	return n, nil
 }

@@ -3,6 +3,7 @@ package drivesync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,16 @@ func TestStatus(t *testing.T) {
 	a.sync()
 	if st := a.status(); st.OutboxWaiting || st.Pending != 0 || st.LastError != "" {
 		t.Fatalf("after the recovery: %+v", st)
+	}
+
+	// RemoteSize asks the remote, and Status shows it from then on.
+	n, err := a.eng.RemoteSize(context.Background())
+	if err != nil || n <= 0 {
+		t.Fatalf("RemoteSize: %d, %v", n, err)
+	}
+	a.put("big", fmt.Sprintf(`{"v":%q}`, strings.Repeat("x", 5000)))
+	if st := a.status(); st.RemoteBytes != n {
+		t.Fatalf("Status says %d bytes, RemoteSize %d", st.RemoteBytes, n)
 	}
 
 	// A remote whose clock is months off this device's.
