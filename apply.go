@@ -28,7 +28,14 @@ type applier struct {
 
 	dirty   bool // another connection committed since the pending rows were read
 	pending map[recordKey]pendingEdit
-	rows    map[recordKey]error // the last write of each app row: nil, or why the table refused it
+	// rows holds the last write of the app rows retryUnwritten looks at:
+	// nil, or why the table refused it. Those are the rows refused in
+	// this sync and the records of tracked (sync_unwritten and
+	// sync_immutable when the apply began); a row written fine and
+	// tracked by neither needs no entry, so that the map does not grow
+	// with every record a sync applies.
+	rows    map[recordKey]error
+	tracked map[recordKey]bool
 	// revived are the records the app edited during the sync while
 	// another device's delete arrived, with the hidden fields their rows
 	// were rebased on (see rebasePending).
@@ -75,6 +82,23 @@ func (s *applier) apply(ctx context.Context) error {
 	// If no other connection committed since the pending rows were read,
 	// the app wrote nothing during this sync and no row needs checking.
 	s.dirty = dv != s.p.dataVersion
+	s.tracked = map[recordKey]bool{}
+	tracked, err := s.conn.QueryContext(ctx, `SELECT table_name, record_id FROM sync_unwritten UNION SELECT table_name, record_id FROM sync_immutable`)
+	if err != nil {
+		return err
+	}
+	for tracked.Next() {
+		var k recordKey
+		if err := tracked.Scan(&k.table, &k.record); err != nil {
+			tracked.Close()
+			return err
+		}
+		s.tracked[k] = true
+	}
+	tracked.Close()
+	if err := tracked.Err(); err != nil {
+		return err
+	}
 	for key, base := range s.p.skipped {
 		// Not sent: the app's edits stay pending, laid over what this
 		// sync brings (see rebasePending).
@@ -128,7 +152,7 @@ func (s *applier) apply(ctx context.Context) error {
 	if err := s.trimConflicts(ctx); err != nil {
 		return err
 	}
-	_, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	_, err = s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
 	e.progress("apply", total, total)
 	return err
 }
@@ -523,7 +547,9 @@ func (s *applier) writeContent(ctx context.Context, t *tableInfo, id string, v j
 func (s *applier) rowResult(t *tableInfo, id string, err error) error {
 	key := recordKey{t.name, id}
 	if err == nil {
-		s.rows[key] = nil
+		if _, ok := s.rows[key]; ok || s.tracked[key] {
+			s.rows[key] = nil
+		}
 		return nil
 	}
 	err = &Error{Op: "write", Table: t.name, Record: id, Err: err}
