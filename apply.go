@@ -784,19 +784,22 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 	}
 	before = st.data
 	// Another device's write over values it had not seen: the conflict
-	// log keeps those it overwrites.
-	var cands []overwritten
+	// log keeps those it overwrites. The patch is parsed once for both.
 	if c.clock == nil && !c.deleted && c.seen != nil && device != s.e.deviceID && st.node.Exists() {
 		if seen := parseSeen(c.seen); seen != nil {
-			if p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true}); err == nil {
-				cands = overwrites(st.node, p, seen, device)
+			p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
+			if err != nil {
+				return nil, nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 			}
+			cands := overwrites(st.node, p, seen, device)
+			applyWrite(st.node, c, device, p)
+			if err := s.storeState(ctx, st, c); err != nil {
+				return nil, nil, err
+			}
+			return st, before, s.logConflicts(ctx, c, st.node, cands)
 		}
 	}
-	if err := s.mergeChange(ctx, st, c, device); err != nil {
-		return nil, nil, err
-	}
-	return st, before, s.logConflicts(ctx, c, st.node, cands)
+	return st, before, s.mergeChange(ctx, st, c, device)
 }
 
 // createState stores the state c alone gives, if the record has none

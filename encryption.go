@@ -298,10 +298,20 @@ func (s *syncRun) verifyKey(ctx context.Context, m marker, enc *markerEncryption
 // if there is one, nil if the file is only broken (its header altered).
 func (s *syncRun) foreignKey(ctx context.Context, file string) error {
 	e := s.e
-	files, err := e.cfg.Remote.List(ctx, time.Time{})
-	if err != nil {
-		return remoteErr("list", "", err)
+	if s.keyFiles == nil {
+		// Listed once per run, however many files need it.
+		files, err := e.cfg.Remote.List(ctx, time.Time{})
+		if err != nil {
+			return remoteErr("list", "", err)
+		}
+		s.keyFiles = []RemoteFile{}
+		for _, f := range files {
+			if _, ok := keyCheckFingerprint(f.Name); ok {
+				s.keyFiles = append(s.keyFiles, f)
+			}
+		}
 	}
+	files := s.keyFiles
 	fps := e.keys.fingerprints()
 	for _, f := range files {
 		if fp, ok := keyCheckFingerprint(f.Name); ok && !slices.Contains(fps, fp) {

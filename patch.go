@@ -20,15 +20,24 @@ func applyChange(n *merge.Node, c fileChange, device string) error {
 		n.Merge(o)
 		return nil
 	}
+	var p jsonv.Value
+	if !c.deleted {
+		var err error
+		if p, err = jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true}); err != nil {
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+		}
+	}
+	applyWrite(n, c, device, p)
+	return nil
+}
+
+// applyWrite merges write c of a patch file, its patch already parsed
+// into p (with its nulls; ignored for a delete).
+func applyWrite(n *merge.Node, c fileChange, device string, p jsonv.Value) {
 	w := merge.Write{At: merge.Stamp{Version: c.version, Device: device}, Deleted: c.deleted,
 		Hard: c.flags&changeHard != 0, Replaces: c.flags&changeReplaces != 0, Reset: c.reset}
 	if !c.deleted {
-		p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
-		if err != nil {
-			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-		}
 		w.Patch = p
 	}
 	n.Apply(w)
-	return nil
 }

@@ -164,8 +164,10 @@ type syncRun struct {
 	report Report
 	store  string // the store id of the remote's marker, set by bind
 	limits Limits // the store's limits, from its marker, set by bind
-	// conflicts counts the entries this run added to the conflict log.
+	// conflicts counts the entries this run added to the conflict log;
+	// keyFiles are the store's key checks, once foreignKey listed them.
 	conflicts int
+	keyFiles  []RemoteFile
 	// What the run learned of the remote, for Status: its clock less
 	// this device's, and the size of a listing of every file.
 	offset        time.Duration

@@ -37,8 +37,8 @@ type App struct {
 	Engine *drivesync.Engine // nil for an app opened without a remote
 }
 
-// OpenDB opens the database and creates the notes table.
-func OpenDB(ctx context.Context, dbPath string) (*sql.DB, error) {
+// openDB opens the database and creates the notes table.
+func openDB(ctx context.Context, dbPath string) (*sql.DB, error) {
 	dsn := "file:" + dbPath + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -57,7 +57,7 @@ func OpenDB(ctx context.Context, dbPath string) (*sql.DB, error) {
 // Without a remote the app works on its notes alone; rows written then
 // are sent by the first sync (drivesync.Open marks them pending).
 func Open(ctx context.Context, dbPath string, cfg drivesync.Config) (*App, error) {
-	db, err := OpenDB(ctx, dbPath)
+	db, err := openDB(ctx, dbPath)
 	if err != nil {
 		return nil, err
 	}
