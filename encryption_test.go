@@ -560,3 +560,16 @@ func TestEncryptedFilesAtTheLimit(t *testing.T) {
 	}
 	assertConverged(t, a, b)
 }
+
+// recordsOnly is a Server that keeps no files.
+type recordsOnly struct{ Server }
+
+// TestEncryptionNeedsFileServer checks that Open refuses a key with a
+// Server that can only merge records, saying why.
+func TestEncryptionNeedsFileServer(t *testing.T) {
+	d := newDevice(t, "a", NewMemoryRemote())
+	_, err := Open(context.Background(), d.db, Config{Server: recordsOnly{}, Encryption: Passphrase("p"), Tables: []Table{{Name: "notes"}}})
+	if err == nil || !strings.Contains(err.Error(), "keeps files") {
+		t.Fatalf("Open with a key and a records-only Server: got %v, want an error saying the server must keep files", err)
+	}
+}

@@ -28,7 +28,10 @@ type Config struct {
 	// Remote is where the devices' patch files live.
 	Remote Remote
 	// Server is a sync server to sync through instead of a Remote (see
-	// package httpremote).
+	// package httpremote). With Encryption set, the engine keeps the
+	// store on the server as sealed files, which the devices merge, as on
+	// a Remote: the server needs to keep files (httpremote.Client's
+	// Files), since it cannot read what it would merge.
 	Server Server
 	// Tables are the synced tables: document tables (id TEXT PRIMARY
 	// KEY and a content column holding the record as a JSON object,
@@ -221,7 +224,16 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		return nil, errors.New("drivesync: Open: both Config.Remote and Config.Server are set: a database syncs through one")
 	}
 	if cfg.Encryption != nil && cfg.Server != nil {
-		return nil, errors.New("drivesync: Open: Config.Encryption works with a Remote (folder, Drive, S3), not yet with a Config.Server, which merges the records it holds and must read them")
+		// A server cannot merge records it cannot read: an encrypted
+		// store keeps sealed files on it, which the devices merge.
+		fs, ok := cfg.Server.(interface{ Files() Remote })
+		if !ok {
+			return nil, errors.New("drivesync: Open: Config.Encryption through a Config.Server needs a server that keeps files (httpremote.Client does): this Server only merges records, which it would have to read")
+		}
+		if cfg.Remote = fs.Files(); cfg.Remote == nil {
+			return nil, errors.New("drivesync: Open: Config.Server's Files returned no Remote")
+		}
+		cfg.Server = nil
 	}
 	if len(cfg.Tables) == 0 {
 		return nil, errors.New("drivesync: Open: Config.Tables is empty: name the tables to sync")

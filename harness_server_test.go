@@ -2,7 +2,6 @@ package drivesync_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"math/rand/v2"
@@ -74,8 +73,13 @@ type serverFault struct {
 
 func (s *serverStore) SmallLimits() { s.url = s.small }
 
+// Open returns a device's Remote on the store's files, for a schedule of
+// an encrypted store.
 func (s *serverStore) Open() (drivesync.Remote, error) {
-	return nil, errors.New("a server store has no Remote")
+	return httpremote.New(s.url, serverToken, httpremote.Options{
+		Store: s.name, HTTPClient: &http.Client{Transport: s},
+		MinSleep: time.Millisecond, MaxSleep: 4 * time.Millisecond, MaxAttempts: 4,
+	}).Files(), nil
 }
 
 func (s *serverStore) OpenServer() (drivesync.Server, error) {
@@ -90,7 +94,7 @@ func (s *serverStore) OpenServer() (drivesync.Server, error) {
 var serverFaults = []serverFault{
 	{kind: "server 503", times: 2},
 	{kind: "server connection reset before the server", times: 1},
-	{kind: "server push applied, response lost", method: http.MethodPost, times: 1},
+	{kind: "server push applied, response lost", method: http.MethodPost, times: 1}, // a push, or a file's PUT or DELETE
 	{kind: "server pull answered, response lost", method: http.MethodGet, times: 1},
 	{kind: "server outage", times: 6},
 }
@@ -119,7 +123,7 @@ func (s *serverStore) take(method string) string {
 	defer s.mu.Unlock()
 	for i := range s.faults {
 		f := &s.faults[i]
-		if f.method != "" && f.method != method {
+		if f.method != "" && f.method != method && !(f.method == http.MethodPost && (method == http.MethodPut || method == http.MethodDelete)) {
 			continue
 		}
 		kind := f.kind

@@ -262,7 +262,9 @@ func (s *syncRun) saveCursor(ctx context.Context, l *listing) error {
 }
 
 func remoteErr(op, file string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	// A remote that says the key is wrong (a sync server whose store
+	// keeps records, not an encrypted store's files) works.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrWrongKey) {
 		return &Error{Op: op, File: file, Err: err}
 	}
 	return &Error{Op: op, File: file, Err: fmt.Errorf("%w: %w", ErrRemote, err)}

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -305,26 +306,12 @@ func (e *statusError) Unwrap() error { return e.err }
 // call sends a request, retrying what may pass, and decodes the JSON
 // answer into out.
 func (c *Client) call(ctx context.Context, method, path string, q url.Values, body []byte, key string, out any) error {
-	u := *c.base
-	u.Path += path
-	u.RawQuery = q.Encode()
+	var rd io.ReadSeeker
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
 	return c.pace.Call(ctx, func() error {
-		var rd io.Reader
-		if body != nil {
-			rd = bytes.NewReader(body)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		res, err := c.http.Do(req)
+		res, err := c.send(ctx, method, path, q, rd, "application/json", key)
 		if err != nil {
 			return err
 		}
@@ -333,15 +320,74 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 		if err != nil {
 			return err
 		}
-		if res.StatusCode != http.StatusOK {
-			return classifyStatus(res, b)
-		}
 		if err := json.Unmarshal(b, out); err != nil {
 			return &statusError{status: res.StatusCode, p: problem{Detail: "unreadable response: " + err.Error()}}
 		}
 		return nil
 	}, retryable)
 }
+
+// send makes one attempt at a request whose body (if any) is read from
+// its start, and returns the server's 200 answer for the caller to read
+// and close, or the error of any other.
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.ReadSeeker, contentType, key string) (*http.Response, error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	var rd io.Reader
+	if body != nil {
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return nil, &bodyError{err}
+		}
+		rd = &bodyReader{r: body} // not a Closer: the body is the caller's
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		if br, ok := rd.(*bodyReader); ok && br.err != nil {
+			return nil, &bodyError{br.err}
+		}
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		defer res.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		return nil, classifyStatus(res, b)
+	}
+	return res, nil
+}
+
+// bodyReader reads a request's body, keeping the error of the caller's
+// reader: a request that failed for it is not the network's failure.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// A bodyError is a request that failed because its body could not be
+// read: sending it again would fail again.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "httpremote: reading the request's body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
 
 func classifyStatus(res *http.Response, b []byte) error {
 	e := &statusError{status: res.StatusCode}
@@ -358,6 +404,14 @@ func classifyStatus(res *http.Response, b []byte) error {
 		e.err = drivesync.ErrRemoteChanged
 	case e.p.Type == "urn:drivesync:problem:stamp-reused":
 		e.err = drivesync.ErrDeviceIDShared
+	case e.p.Type == "urn:drivesync:problem:files-store" || e.p.Type == "urn:drivesync:problem:records-store":
+		// An encrypted store synced without a key, or a store synced
+		// without one (whose records the server reads) synced with one.
+		e.err = drivesync.ErrWrongKey
+	case e.p.Type == "urn:drivesync:problem:file-exists":
+		e.err = fs.ErrExist
+	case e.p.Type == "urn:drivesync:problem:no-file":
+		e.err = fs.ErrNotExist
 	case res.Request != nil && res.Request.Method == http.MethodPost &&
 		(res.StatusCode == http.StatusBadRequest || res.StatusCode == http.StatusRequestEntityTooLarge || res.StatusCode == http.StatusUnprocessableEntity):
 		e.err = drivesync.ErrServerRefused
@@ -369,6 +423,10 @@ func classifyStatus(res *http.Response, b []byte) error {
 // 5xx and 429.
 func retryable(err error) pacer.Retry {
 	var se *statusError
+	var be *bodyError
+	if errors.As(err, &be) {
+		return pacer.Retry{}
+	}
 	if errors.As(err, &se) {
 		return pacer.Retry{Again: se.status >= 500 || se.status == http.StatusTooManyRequests, After: se.after}
 	}

@@ -61,6 +61,10 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request, user string) {
 		return
 	}
 	pg, err := h.store.pull(r.Context(), user, name, since, limit, pageBytes)
+	if pe := (*problemError)(nil); errors.As(err, &pe) {
+		writeProblem(w, r, pe.p)
+		return
+	}
 	if err != nil {
 		info(r).err = err
 		problem(w, r, http.StatusServiceUnavailable, "unavailable", "Pull failed", "the server could not read its database; pull again later")

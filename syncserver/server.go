@@ -5,13 +5,18 @@
 // Devices running the drivesync engine sync through it with package
 // httpremote; any other client (curl, a web or mobile app) can push rows
 // and pull changes with plain JSON. The protocol is described by
-// openapi.yaml in this directory:
+// openapi.json in this directory:
 //
 //	POST /sync/push?store=NAME   Idempotency-Key: <key>
 //	     {"ops": {"<table>": [{"op": "upsert", "id": "...", ...fields}], "deletions": [...]}}
 //	GET  /sync/pull?store=NAME&since=<RFC 3339 time>&limit=500
 //	     {"changes": {"<table>": [rows]}, "nextCursor": ..., "server_time": ...}
 //	GET  /healthz
+//
+// A store the devices encrypt keeps files instead, which the server
+// cannot read and does not merge (see files.go):
+//
+//	GET /sync/files?store=NAME, GET|PUT|DELETE /sync/file?store=NAME&name=F, GET /sync/time
 //
 // The server is the source of truth for time: every write is stamped with
 // the server's clock, and a client's cursor is a time the server gave it.
@@ -61,6 +66,9 @@ type Options struct {
 	// MaxRecordBytes bounds one write's patch (default
 	// DefaultMaxRecordBytes).
 	MaxRecordBytes int64
+	// MaxFileBytes bounds a file a device writes to a store of files
+	// (default DefaultMaxFileBytes); a larger one is refused with 413.
+	MaxFileBytes int64
 	// KeyLifetime is how long a push's idempotency key is remembered
 	// (default 24 hours). A push sent again after that is applied again.
 	KeyLifetime time.Duration
@@ -90,6 +98,9 @@ func NewHandler(st *Store, opts Options) *Handler {
 	if opts.MaxRecordBytes <= 0 {
 		opts.MaxRecordBytes = DefaultMaxRecordBytes
 	}
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
 	if opts.KeyLifetime <= 0 {
 		opts.KeyLifetime = DefaultKeyLifetime
 	}
@@ -105,10 +116,15 @@ func NewHandler(st *Store, opts Options) *Handler {
 	}
 	h.mux.HandleFunc("POST /sync/push", h.authed(h.push))
 	h.mux.HandleFunc("GET /sync/pull", h.authed(h.pull))
+	h.mux.HandleFunc("GET /sync/files", h.authed(h.listFiles))
+	h.mux.HandleFunc("GET /sync/file", h.authed(h.getFile))
+	h.mux.HandleFunc("PUT /sync/file", h.authed(h.putFile))
+	h.mux.HandleFunc("DELETE /sync/file", h.authed(h.deleteFile))
+	h.mux.HandleFunc("GET /sync/time", h.authed(h.serverTime))
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, "not-found", "No such endpoint",
-			fmt.Sprintf("%s %s is not part of the protocol: use POST /sync/push, GET /sync/pull or GET /healthz", r.Method, r.URL.Path))
+			fmt.Sprintf("%s %s is not part of the protocol: use POST /sync/push, GET /sync/pull, GET /sync/files, GET, PUT or DELETE /sync/file, GET /sync/time or GET /healthz", r.Method, r.URL.Path))
 	})
 	return h
 }

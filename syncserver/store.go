@@ -147,6 +147,16 @@ CREATE TABLE IF NOT EXISTS sync_server_keys (
 	PRIMARY KEY (store_id, key)
 );
 CREATE INDEX IF NOT EXISTS sync_server_keys_created ON sync_server_keys (created_us);
+CREATE TABLE IF NOT EXISTS sync_server_files (
+	store_id   TEXT NOT NULL,
+	name       TEXT NOT NULL,
+	data       BYTEA NOT NULL,
+	size       BIGINT NOT NULL,
+	sha256     TEXT NOT NULL,
+	created_us BIGINT NOT NULL,
+	PRIMARY KEY (store_id, name)
+);
+CREATE INDEX IF NOT EXISTS sync_server_files_created ON sync_server_files (store_id, created_us);
 `
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -170,6 +180,20 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
+	// A store keeps records or files (see files.go); stores made before
+	// files existed keep records.
+	var kinds int
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT count(*) FROM `+map[dialect]string{
+		postgres: `information_schema.columns WHERE table_schema = current_schema() AND table_name = 'sync_server_stores' AND column_name = 'kind'`,
+		sqlite:   `pragma_table_info('sync_server_stores') WHERE name = 'kind'`,
+	}[s.dialect])).Scan(&kinds); err != nil {
+		return err
+	}
+	if kinds == 0 {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE sync_server_stores ADD COLUMN kind TEXT NOT NULL DEFAULT 'records'`); err != nil {
+			return err
+		}
+	}
 	return tx.Commit()
 }
 
@@ -189,6 +213,7 @@ type storeInfo struct {
 	created    int64 // µs
 	last       int64 // µs: the time of the store's newest write
 	maxVersion int64 // the largest version of any write it holds
+	kind       string
 }
 
 // record is a row of sync_server_records.
@@ -228,9 +253,12 @@ func (s *Store) push(ctx context.Context, owner, name string, now int64, fn func
 		lock = " FOR UPDATE"
 	}
 	p := &pushTx{s: s, tx: tx, ctx: ctx}
-	if err := tx.QueryRowContext(ctx, s.q(`SELECT id, created_us, last_us, max_version FROM sync_server_stores WHERE owner = $1 AND name = $2`+lock), owner, name).
-		Scan(&p.store.id, &p.store.created, &p.store.last, &p.store.maxVersion); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT id, created_us, last_us, max_version, kind FROM sync_server_stores WHERE owner = $1 AND name = $2`+lock), owner, name).
+		Scan(&p.store.id, &p.store.created, &p.store.last, &p.store.maxVersion, &p.store.kind); err != nil {
 		return err
+	}
+	if p.store.kind != kindRecords {
+		return wrongKind(name, p.store.kind)
 	}
 	if p.get, err = tx.PrepareContext(ctx, s.q(`SELECT data, clock, deleted, updated_us, coalesce(deleted_us, 0) FROM sync_server_records WHERE store_id = $1 AND table_name = $2 AND record_id = $3`)); err != nil {
 		return err
@@ -341,13 +369,16 @@ func (s *Store) pull(ctx context.Context, owner, name string, since int64, limit
 		return pg, err
 	}
 	defer tx.Rollback()
-	err = tx.QueryRowContext(ctx, s.q(`SELECT id, created_us, last_us, max_version FROM sync_server_stores WHERE owner = $1 AND name = $2`), owner, name).
-		Scan(&pg.store.id, &pg.store.created, &pg.store.last, &pg.store.maxVersion)
+	err = tx.QueryRowContext(ctx, s.q(`SELECT id, created_us, last_us, max_version, kind FROM sync_server_stores WHERE owner = $1 AND name = $2`), owner, name).
+		Scan(&pg.store.id, &pg.store.created, &pg.store.last, &pg.store.maxVersion, &pg.store.kind)
 	if errors.Is(err, sql.ErrNoRows) {
 		return pg, nil
 	}
 	if err != nil {
 		return pg, err
+	}
+	if pg.store.kind != kindRecords {
+		return pg, wrongKind(name, pg.store.kind)
 	}
 	pg.found = true
 	rows, err := tx.QueryContext(ctx, s.q(`SELECT table_name, record_id, data, clock, deleted, updated_us, coalesce(deleted_us, 0)
