@@ -799,6 +799,16 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 			return st, before, s.logConflicts(ctx, c, st.node, cands)
 		}
 	}
+	// A sync server's state, with what its writes had seen.
+	if c.clock != nil && c.seen != nil && st.node.Exists() {
+		if entries := parseStateSeen(c.seen); entries != nil {
+			cands, by := s.stateOverwrites(st.node, entries)
+			if err := s.mergeChange(ctx, st, c, device); err != nil {
+				return nil, nil, err
+			}
+			return st, before, s.logStateConflicts(ctx, c, st.node, cands, by)
+		}
+	}
 	return st, before, s.mergeChange(ctx, st, c, device)
 }
 

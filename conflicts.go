@@ -27,9 +27,12 @@ import (
 // write over a value its writer had seen (a sequential edit) is not a
 // conflict, nor is a write that changes nothing.
 //
-// Only patch files carry what their writers had seen: a record a device
-// gets through a snapshot, a merge file or a sync server is merged
-// without a log entry.
+// Through a sync server a device receives merged states, not writes: the
+// server keeps, for each path an engine's write set, what that write had
+// seen there, and sends it with the state (ServerRecord.Seen), which the
+// device checks the same way. A record a device gets through a snapshot
+// or a merge file carries no such list, and is merged without a log
+// entry.
 
 // MaxConflicts bounds the conflict log: past it, the oldest entries are
 // dropped first.
@@ -180,6 +183,73 @@ func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, w
 	}
 	walk(n, patch, nil)
 	return out
+}
+
+// stateSeen is an entry of a server record's "seen" list: the write
+// stamped writer set path, over a value stamped seen (zero: none).
+type stateSeen struct {
+	path         []string
+	seen, writer merge.Stamp
+}
+
+// parseStateSeen reads a server record's "seen" list; one that cannot be
+// read gives nil: nothing is logged for that record.
+func parseStateSeen(raw []byte) []stateSeen {
+	var entries [][]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &entries) != nil {
+		return nil
+	}
+	out := make([]stateSeen, 0, len(entries))
+	for _, e := range entries {
+		var x stateSeen
+		if len(e) != 5 || json.Unmarshal(e[0], &x.path) != nil || len(x.path) == 0 ||
+			json.Unmarshal(e[1], &x.seen.Version) != nil || json.Unmarshal(e[2], &x.seen.Device) != nil ||
+			json.Unmarshal(e[3], &x.writer.Version) != nil || json.Unmarshal(e[4], &x.writer.Device) != nil {
+			return nil
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// stateOverwrites returns the values of state n, a record shown on this
+// device, at the paths the writes listed in entries set, that those
+// writes had not seen: the candidates for the conflict log, before the
+// server's state is merged. Each comes with its writer's stamp.
+func (s *syncRun) stateOverwrites(n *merge.Node, entries []stateSeen) ([]overwritten, []merge.Stamp) {
+	var out []overwritten
+	var by []merge.Stamp
+	for _, e := range entries {
+		if e.writer.Device == s.e.deviceID {
+			continue // this device's own write, back from the server
+		}
+		v, at, held := valueAt(n, e.path)
+		if !held || at.Device == e.writer.Device || at == e.writer || !e.seen.Less(at) {
+			continue // nothing to lose, its writer's own value, or one it had seen
+		}
+		out = append(out, overwritten{path: e.path, value: v, stamp: at})
+		by = append(by, e.writer)
+	}
+	return out, by
+}
+
+// logStateConflicts logs the candidates (see stateOverwrites) that the
+// merged state n shows overwritten by their writers.
+func (s *syncRun) logStateConflicts(ctx context.Context, c fileChange, n *merge.Node, cands []overwritten, by []merge.Stamp) error {
+	for i, o := range cands {
+		v, at, held := valueAt(n, o.path)
+		if at != by[i] || held && jsonv.Equal(v, o.value) {
+			continue // the write lost there (merged with this device's), or wrote the same value
+		}
+		winner := jsonv.Null
+		if held {
+			winner = v
+		}
+		if err := s.addConflict(ctx, c.table, c.record, o.path, o.value, o.stamp, winner, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // valueAt returns n's value at path, and whether it holds one.

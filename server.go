@@ -67,6 +67,10 @@ type ServerWrite struct {
 	// Clock is the record's stamps, for a state: see the drivesync-server
 	// protocol.
 	Clock json.RawMessage
+	// Seen is the write's "seen" list, for the other devices' conflict
+	// logs: the stamp this device held at each path the patch writes
+	// (see Conflicts). Sent only to a server whose PullPage.Seen is set.
+	Seen json.RawMessage
 }
 
 // PushResult is the server's answer to a push.
@@ -87,6 +91,9 @@ type PullPage struct {
 	// write's patch and on a push's body (0: unknown). The engine plans
 	// its pushes within them.
 	MaxRecordSize, MaxBodySize int64
+	// Seen says that the server keeps what writes had seen
+	// (ServerWrite.Seen) and sends it with records (ServerRecord.Seen).
+	Seen bool
 }
 
 // ServerRecord is the merged state of one record.
@@ -94,6 +101,12 @@ type ServerRecord struct {
 	Table, Record string
 	Data, Clock   json.RawMessage
 	Deleted       bool
+	// Seen lists, for each path an engine's write set, what that write
+	// had seen there: [[path], seen version, seen device, writer
+	// version, writer device]. A device logs the value it showed at such
+	// a path as a conflict when the writer had not seen it. Nil: nothing
+	// known.
+	Seen json.RawMessage
 }
 
 // serverLimits are the limits of a store on a server whose limits on a
@@ -192,6 +205,7 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 			return nil, err
 		}
 		s.limits = serverLimits(page.MaxRecordSize, page.MaxBodySize)
+		s.serverSeen = page.Seen
 		for _, r := range page.Records {
 			// A server sends a record over its write limit in parts
 			// of at most the default record size, whatever its limit
@@ -206,6 +220,9 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 				continue
 			}
 			f.maxSeen = max(f.maxSeen, c.version)
+			if len(r.Seen) > 0 && len(r.Seen) <= 2*maxSeen {
+				c.seen = r.Seen // read when merged; one that cannot be read logs nothing
+			}
 			if err := sp.add(c); err != nil {
 				return nil, &Error{Op: "pull", Err: err}
 			}
@@ -264,6 +281,9 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 		w := ServerWrite{Table: c.table, Record: c.record, Version: c.version, Device: e.deviceID, Deleted: c.deleted}
 		if !c.deleted {
 			w.Patch = json.RawMessage(c.patch)
+			if s.serverSeen {
+				w.Seen = json.RawMessage(c.seen)
+			}
 		}
 		if c.flags&changeReplaces != 0 {
 			w.Replaces = true

@@ -164,6 +164,9 @@ type syncRun struct {
 	report Report
 	store  string // the store id of the remote's marker, set by bind
 	limits Limits // the store's limits, from its marker, set by bind
+	// serverSeen: the sync server keeps writes' "seen" lists (see
+	// PullPage.Seen), learnt from this sync's pull.
+	serverSeen bool
 	// conflicts counts the entries this run added to the conflict log;
 	// keyFiles are the store's key checks, once foreignKey listed them.
 	conflicts int

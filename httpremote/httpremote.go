@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,6 +187,10 @@ func encodePush(writes []drivesync.ServerWrite) []byte {
 			b = appendStamp(append(b, `,"drivesync":{`...), w.Version, w.Device)
 			b = append(b, `,"patch":`...)
 			b = append(b, w.Patch...)
+			if len(w.Seen) > 0 {
+				b = append(b, `,"seen":`...)
+				b = append(b, w.Seen...)
+			}
 			if w.Replaces {
 				b = append(b, `,"replaces":true,"reset":{`...)
 				b = appendStamp(b, w.ResetVersion, w.ResetDevice)
@@ -243,6 +248,7 @@ func (c *Client) Pull(ctx context.Context, storeID, cursor string) (*drivesync.P
 				Data    json.RawMessage `json:"data"`
 				Clock   json.RawMessage `json:"clock"`
 				Deleted bool            `json:"deleted"`
+				Seen    json.RawMessage `json:"seen"`
 			} `json:"drivesync"`
 		} `json:"changes"`
 		NextCursor *string `json:"nextCursor"`
@@ -252,11 +258,13 @@ func (c *Client) Pull(ctx context.Context, storeID, cursor string) (*drivesync.P
 			MaxRecordBytes int64 `json:"max_record_bytes"`
 			MaxBodyBytes   int64 `json:"max_body_bytes"`
 		} `json:"limits"`
+		Features []string `json:"features"`
 	}
 	if err := c.call(ctx, "GET", "/sync/pull", q, nil, "", &res); err != nil {
 		return nil, err
 	}
-	p := &drivesync.PullPage{Cursor: res.ServerTime, MaxRecordSize: res.Limits.MaxRecordBytes, MaxBodySize: res.Limits.MaxBodyBytes}
+	p := &drivesync.PullPage{Cursor: res.ServerTime, MaxRecordSize: res.Limits.MaxRecordBytes, MaxBodySize: res.Limits.MaxBodyBytes,
+		Seen: slices.Contains(res.Features, "seen")}
 	if res.Store != nil {
 		p.StoreID = *res.Store
 	}
@@ -268,7 +276,7 @@ func (c *Client) Pull(ctx context.Context, storeID, cursor string) (*drivesync.P
 			if r.Drivesync == nil {
 				return nil, fmt.Errorf("httpremote: the server sent %s/%s without its state: it does not speak view=drivesync", table, r.ID)
 			}
-			p.Records = append(p.Records, drivesync.ServerRecord{Table: table, Record: r.ID, Data: r.Drivesync.Data, Clock: r.Drivesync.Clock, Deleted: r.Drivesync.Deleted})
+			p.Records = append(p.Records, drivesync.ServerRecord{Table: table, Record: r.ID, Data: r.Drivesync.Data, Clock: r.Drivesync.Clock, Deleted: r.Drivesync.Deleted, Seen: r.Drivesync.Seen})
 		}
 	}
 	return p, nil

@@ -129,7 +129,9 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request, user string) {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = fmt.Appendf(b, `,"limits":{"max_record_bytes":%d,"max_body_bytes":%d}}`+"\n", h.opts.MaxRecordBytes, h.opts.MaxBodyBytes)
+	// features: what an engine may send besides the first protocol's
+	// members ("seen" lists, see seen.go).
+	b = fmt.Appendf(b, `,"limits":{"max_record_bytes":%d,"max_body_bytes":%d},"features":["seen"]}`+"\n", h.opts.MaxRecordBytes, h.opts.MaxBodyBytes)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
@@ -182,6 +184,10 @@ func appendOne(b []byte, rec record, state bool) ([]byte, error) {
 		b = append(b, rec.clock...)
 		b = append(b, `,"deleted":`...)
 		b = strconv.AppendBool(b, rec.deleted)
+		if rec.seen != "" {
+			b = append(b, `,"seen":`...)
+			b = append(b, rec.seen...)
+		}
 		b = append(b, '}')
 	} else {
 		data, err := jsonv.ParseObject([]byte(rec.data), jsonv.Options{})

@@ -380,19 +380,25 @@ func (a *pushApplier) op(table, field string, v jsonv.Value) error {
 			if err != nil {
 				return err
 			}
-			return a.write(table, id, func(m *merge.Node) error { m.Merge(n); return nil })
+			return a.write(table, id, func(m *merge.Node) error { m.Merge(n); return nil }, nil, nil)
 		}
 		w, err := a.stamped(field+".drivesync", *ds, false)
 		if err != nil {
 			return err
 		}
-		return a.write(table, id, a.stampedWrite(field, w))
+		var seen map[string]merge.Stamp
+		if v, ok := ds.Get("seen"); ok {
+			if seen, err = parseSeenList(v); err != nil {
+				return badField(field+".drivesync.seen", err.Error())
+			}
+		}
+		return a.write(table, id, a.stampedWrite(field, w), &w, seen)
 	}
 	if kind == "delete" {
 		if len(fields.Members) > 0 {
 			return badField(field+"."+fields.Members[0].Key, "a delete takes no fields")
 		}
-		return a.write(table, id, applying(merge.Write{At: a.serverStamp(), Deleted: true}))
+		return a.write(table, id, applying(merge.Write{At: a.serverStamp(), Deleted: true}), nil, nil)
 	}
 	if tempID != "" {
 		id = uuid.NewString()
@@ -403,7 +409,7 @@ func (a *pushApplier) op(table, field string, v jsonv.Value) error {
 	if err != nil {
 		return err
 	}
-	return a.write(table, id, applying(merge.Write{At: a.serverStamp(), Patch: patch}))
+	return a.write(table, id, applying(merge.Write{At: a.serverStamp(), Patch: patch}), nil, nil)
 }
 
 // plainFields checks a plain row's fields and resolves its references to
@@ -506,7 +512,7 @@ func (a *pushApplier) deletions(field string) error {
 		} else {
 			apply = applying(merge.Write{At: a.serverStamp(), Deleted: true})
 		}
-		if err := a.write(table, id, apply); err != nil {
+		if err := a.write(table, id, apply, nil, nil); err != nil {
 			return err
 		}
 	}
@@ -526,6 +532,10 @@ func (a *pushApplier) stamped(field string, v jsonv.Value, deleted bool) (merge.
 	for _, m := range v.Members {
 		switch m.Key {
 		case "version", "device":
+		case "seen": // read by op
+			if deleted {
+				return w, badField(field+".seen", "a deletion carries no seen list")
+			}
 		case "patch":
 			if deleted {
 				return w, badField(field+".patch", "a deletion carries no patch")
@@ -610,8 +620,9 @@ func (a *pushApplier) serverStamp() merge.Stamp {
 }
 
 // write applies fn to the record's state and, if that changed it, stores
-// it at the push's next time.
-func (a *pushApplier) write(table, id string, fn func(*merge.Node) error) error {
+// it at the push's next time, with what the writes of its paths had seen
+// (w and seen: an engine's write and its list, or nil; see seen.go).
+func (a *pushApplier) write(table, id string, fn func(*merge.Node) error, w *merge.Write, seen map[string]merge.Stamp) error {
 	r, found, err := a.tx.record(table, id)
 	if err != nil {
 		return err
@@ -636,6 +647,7 @@ func (a *pushApplier) write(table, id string, fn func(*merge.Node) error) error 
 	}
 	wasDeleted := found && r.deleted
 	r.data, r.clock, r.deleted = data, clock, !n.Exists()
+	r.seen = updateSeen(r.seen, n, w, seen)
 	r.updated = a.next
 	a.next++
 	if r.deleted && !wasDeleted {

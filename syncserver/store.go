@@ -180,18 +180,24 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
-	// A store keeps records or files (see files.go); stores made before
-	// files existed keep records.
-	var kinds int
-	if err := tx.QueryRowContext(ctx, s.q(`SELECT count(*) FROM `+map[dialect]string{
-		postgres: `information_schema.columns WHERE table_schema = current_schema() AND table_name = 'sync_server_stores' AND column_name = 'kind'`,
-		sqlite:   `pragma_table_info('sync_server_stores') WHERE name = 'kind'`,
-	}[s.dialect])).Scan(&kinds); err != nil {
-		return err
-	}
-	if kinds == 0 {
-		if _, err := tx.ExecContext(ctx, `ALTER TABLE sync_server_stores ADD COLUMN kind TEXT NOT NULL DEFAULT 'records'`); err != nil {
+	// Columns added since the first version: a store keeps records or
+	// files (see files.go), and stores made before files existed keep
+	// records; a record keeps what its writes had seen (see seen.go).
+	for _, c := range []struct{ table, column, decl string }{
+		{"sync_server_stores", "kind", "TEXT NOT NULL DEFAULT 'records'"},
+		{"sync_server_records", "seen", "TEXT NOT NULL DEFAULT ''"},
+	} {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT count(*) FROM `+map[dialect]string{
+			postgres: `information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2`,
+			sqlite:   `pragma_table_info($1) WHERE name = $2`,
+		}[s.dialect]), c.table, c.column).Scan(&n); err != nil {
 			return err
+		}
+		if n == 0 {
+			if _, err := tx.ExecContext(ctx, `ALTER TABLE `+c.table+` ADD COLUMN `+c.column+` `+c.decl); err != nil {
+				return err
+			}
 		}
 	}
 	return tx.Commit()
@@ -220,6 +226,7 @@ type storeInfo struct {
 type record struct {
 	table, id   string
 	data, clock string
+	seen        string // what the writes of its paths had seen (see seen.go), "" if nothing known
 	deleted     bool
 	updated     int64 // µs
 	deletedAt   int64 // µs, 0 when not deleted
@@ -260,12 +267,12 @@ func (s *Store) push(ctx context.Context, owner, name string, now int64, fn func
 	if p.store.kind != kindRecords {
 		return wrongKind(name, p.store.kind)
 	}
-	if p.get, err = tx.PrepareContext(ctx, s.q(`SELECT data, clock, deleted, updated_us, coalesce(deleted_us, 0) FROM sync_server_records WHERE store_id = $1 AND table_name = $2 AND record_id = $3`)); err != nil {
+	if p.get, err = tx.PrepareContext(ctx, s.q(`SELECT data, clock, seen, deleted, updated_us, coalesce(deleted_us, 0) FROM sync_server_records WHERE store_id = $1 AND table_name = $2 AND record_id = $3`)); err != nil {
 		return err
 	}
-	if p.put, err = tx.PrepareContext(ctx, s.q(`INSERT INTO sync_server_records (store_id, table_name, record_id, data, clock, deleted, updated_us, deleted_us)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (store_id, table_name, record_id) DO UPDATE SET data = excluded.data, clock = excluded.clock,
+	if p.put, err = tx.PrepareContext(ctx, s.q(`INSERT INTO sync_server_records (store_id, table_name, record_id, data, clock, seen, deleted, updated_us, deleted_us)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (store_id, table_name, record_id) DO UPDATE SET data = excluded.data, clock = excluded.clock, seen = excluded.seen,
 			deleted = excluded.deleted, updated_us = excluded.updated_us, deleted_us = excluded.deleted_us`)); err != nil {
 		return err
 	}
@@ -301,7 +308,7 @@ func (p *pushTx) saveKey(key, hash, response string, now int64) error {
 func (p *pushTx) record(table, id string) (record, bool, error) {
 	r := record{table: table, id: id}
 	var deleted int64
-	err := p.get.QueryRowContext(p.ctx, p.store.id, table, id).Scan(&r.data, &r.clock, &deleted, &r.updated, &r.deletedAt)
+	err := p.get.QueryRowContext(p.ctx, p.store.id, table, id).Scan(&r.data, &r.clock, &r.seen, &deleted, &r.updated, &r.deletedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
@@ -315,7 +322,7 @@ func (p *pushTx) putRecord(r record) error {
 	if r.deleted {
 		deletedAt = r.deletedAt
 	}
-	_, err := p.put.ExecContext(p.ctx, p.store.id, r.table, r.id, r.data, r.clock, boolInt(r.deleted), r.updated, deletedAt)
+	_, err := p.put.ExecContext(p.ctx, p.store.id, r.table, r.id, r.data, r.clock, r.seen, boolInt(r.deleted), r.updated, deletedAt)
 	return err
 }
 
@@ -381,7 +388,7 @@ func (s *Store) pull(ctx context.Context, owner, name string, since int64, limit
 		return pg, wrongKind(name, pg.store.kind)
 	}
 	pg.found = true
-	rows, err := tx.QueryContext(ctx, s.q(`SELECT table_name, record_id, data, clock, deleted, updated_us, coalesce(deleted_us, 0)
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT table_name, record_id, data, clock, seen, deleted, updated_us, coalesce(deleted_us, 0)
 		FROM sync_server_records WHERE store_id = $1 AND updated_us > $2 ORDER BY updated_us LIMIT $3`), pg.store.id, since, limit+1)
 	if err != nil {
 		return pg, err
@@ -395,7 +402,7 @@ func (s *Store) pull(ctx context.Context, owner, name string, since int64, limit
 		}
 		var r record
 		var deleted int64
-		if err := rows.Scan(&r.table, &r.id, &r.data, &r.clock, &deleted, &r.updated, &r.deletedAt); err != nil {
+		if err := rows.Scan(&r.table, &r.id, &r.data, &r.clock, &r.seen, &deleted, &r.updated, &r.deletedAt); err != nil {
 			return pg, err
 		}
 		r.deleted = deleted != 0
