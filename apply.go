@@ -263,7 +263,10 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 		// Whether or not its stamp wins, a payload unlike the row held
 		// is a conflict (see keepImmutable).
 		err := t.receivedImmutable(ctx, s, c)
-		if errors.Is(err, ErrImmutableConflict) && !c.deleted {
+		// Logged only when the received write won: one that lost to
+		// this device's own (sent in this sync, stamped above it)
+		// leaves this device's row the synced one, nothing to keep.
+		if errors.Is(err, ErrImmutableConflict) && !c.deleted && st.changed {
 			if err := s.logImmutable(ctx, t, c); err != nil {
 				return err
 			}

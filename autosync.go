@@ -2,6 +2,7 @@ package drivesync
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"time"
@@ -142,7 +143,10 @@ func (e *Engine) AutoSync(ctx context.Context, opts AutoSyncOptions) error {
 }
 
 func (e *Engine) pendingCount(ctx context.Context) (n int, err error) {
-	err = e.db.QueryRowContext(ctx, `SELECT count(*) FROM sync_pending_changes`).Scan(&n)
+	// Records of tables the app no longer registers stay pending, and no
+	// sync sends them: counted, they would look like edits made during
+	// every sync.
+	err = e.db.QueryRowContext(ctx, `SELECT count(*) FROM sync_pending_changes WHERE table_name IN (SELECT value FROM json_each(?1))`, e.tableNames()).Scan(&n)
 	return n, err
 }
 
@@ -154,4 +158,14 @@ func (e *Engine) SyncNow() {
 	case e.syncNow <- struct{}{}:
 	default:
 	}
+}
+
+// tableNames is the registered tables' names, as a JSON array.
+func (e *Engine) tableNames() string {
+	names := make([]string, len(e.order))
+	for i, t := range e.order {
+		names[i] = t.name
+	}
+	b, _ := json.Marshal(names)
+	return string(b)
 }

@@ -126,6 +126,9 @@ type keyring struct {
 	write *age.X25519Identity // the current key: new files are encrypted to it
 	read  []age.Identity      // the current key, then the previous ones
 	ids   string              // see id
+	// first: one of the keys opens the marker's check, that of the key
+	// the store was created with.
+	first bool
 }
 
 // id names the keys of k, "" for none: a file rejected under other keys
@@ -249,6 +252,7 @@ func (s *syncRun) bindKeys(ctx context.Context, m marker, own bool, l *listing) 
 			return err
 		}
 	}
+	k.first = seal.Opens(enc.Check, k.store, k.read)
 	e.keys = k
 	return nil
 }
@@ -310,6 +314,9 @@ func (s *syncRun) foreignKey(ctx context.Context, file string) error {
 				s.keyFiles = append(s.keyFiles, f)
 			}
 		}
+	}
+	if !e.keys.first {
+		return &Error{Op: "sync", File: file, Err: fmt.Errorf("%w: this file is encrypted with a key this device does not have, and none of its keys is the one the store was created with (its marker's key check): this device was given only a newer key, or dropped the first one before the files encrypted with it were compacted. Nothing was applied or uploaded. Keep every older key the store's files still use in Config.PreviousKeys", ErrWrongKey)}
 	}
 	files := s.keyFiles
 	fps := e.keys.fingerprints()

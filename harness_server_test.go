@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/uuid"
@@ -97,6 +98,7 @@ var serverFaults = []serverFault{
 	{kind: "server push applied, response lost", method: http.MethodPost, times: 1}, // a push, or a file's PUT or DELETE
 	{kind: "server pull answered, response lost", method: http.MethodGet, times: 1},
 	{kind: "server outage", times: 6},
+	{kind: "server file upload cut mid-body", method: http.MethodPut, times: 1}, // an encrypted store's files
 }
 
 func (s *serverStore) Fault(rng *rand.Rand) string {
@@ -148,6 +150,16 @@ func (s *serverStore) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, syscall.ECONNRESET
+	case "server file upload cut mid-body":
+		// Half the body, then the connection fails: the server must not
+		// keep the half as the file.
+		if half := req.ContentLength / 2; req.Body != nil && half > 0 {
+			req.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(io.LimitReader(req.Body, half), iotest.ErrReader(syscall.ECONNRESET)), req.Body}
+		}
+		return http.DefaultTransport.RoundTrip(req)
 	case "server push applied, response lost", "server pull answered, response lost":
 		res, err := http.DefaultTransport.RoundTrip(req)
 		if err == nil {

@@ -168,9 +168,11 @@ func (s *syncRun) maintain(ctx context.Context, l *listing, f *fetched, force bo
 	y2, m2, _ := l.cursor.UTC().Date()
 	if force || ((y1 != y2 || m1 != m2) && !s.emptyState(ctx)) {
 		name, err := s.writeState(ctx, l, kindSnapshot)
-		if errors.Is(err, errUnreadableState) && !force {
+		if (errors.Is(err, errUnreadableState) || errors.Is(err, ErrFileTooLarge)) && !force {
 			// Nothing is lost: the patch files stay, uncompacted. Try
-			// again next month rather than at every sync.
+			// again next month rather than at every sync: a state too
+			// large for the store's limit or for what the remote takes
+			// (a sync server's file limit) is as large at the next.
 			e.log.Error("drivesync: the monthly snapshot was not written; the remote keeps every patch file until one can be", "err", err)
 			return s.setMetas(ctx, metaSnapshot, l.cursor.UTC().Format(time.RFC3339Nano))
 		}

@@ -72,7 +72,7 @@ func (f *files) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	}
 	var body io.ReadCloser
 	err := f.c.pace.Call(ctx, func() error {
-		res, err := f.c.send(ctx, http.MethodGet, "/sync/file", f.query(name), nil, "", "")
+		res, err := f.c.sendWith(ctx, f.c.files, http.MethodGet, "/sync/file", f.query(name), nil, "", "")
 		if err == nil {
 			body = res.Body
 		}
@@ -103,7 +103,7 @@ func (f *files) Create(ctx context.Context, name string, content io.Reader) erro
 		body = bytes.NewReader(b)
 	}
 	err := f.c.pace.Call(ctx, func() error {
-		res, err := f.c.send(ctx, http.MethodPut, "/sync/file", f.query(name), body, "application/octet-stream", "")
+		res, err := f.c.sendWith(ctx, f.c.files, http.MethodPut, "/sync/file", f.query(name), body, "application/octet-stream", "")
 		if err == nil {
 			res.Body.Close()
 		}

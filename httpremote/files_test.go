@@ -127,8 +127,8 @@ func TestFilesTooLarge(t *testing.T) {
 	r := httpremote.New(url, aliceToken, httpremote.Options{Store: "big"}).Files()
 	ctx := context.Background()
 	err := r.Create(ctx, "big", bytes.NewReader(make([]byte, 1001)))
-	if err == nil || !strings.Contains(err.Error(), "MaxFileSize") {
-		t.Fatalf("Create over the limit: got %v, want an error naming Limits.MaxFileSize", err)
+	if !errors.Is(err, drivesync.ErrFileTooLarge) || !strings.Contains(err.Error(), "MaxSnapshotSize") {
+		t.Fatalf("Create over the limit: got %v, want ErrFileTooLarge naming Limits.MaxSnapshotSize", err)
 	}
 	if got, err := r.List(ctx, time0); err != nil || len(got) != 0 {
 		t.Fatalf("after a refused file the store lists %v, %v", got, err)
@@ -307,7 +307,7 @@ func serverBytes(t *testing.T, kind, spec string) []byte {
 		rows.Close()
 	}
 	var data [][]byte
-	rows, err = db.Query(`SELECT data FROM sync_server_files`)
+	rows, err = db.Query(`SELECT data FROM sync_server_chunks`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,7 @@ type Client struct {
 	token string
 	opts  Options
 	http  *http.Client
+	files *http.Client // for files: see New
 	pace  *pacer.Pacer
 	err   error // a bad base URL, reported by every call
 }
@@ -83,9 +84,14 @@ func New(baseURL, token string, opts Options) *Client {
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 6
 	}
-	c := &Client{token: token, opts: opts, http: opts.HTTPClient, pace: pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts)}
+	c := &Client{token: token, opts: opts, http: opts.HTTPClient, files: opts.HTTPClient, pace: pacer.New(opts.MinSleep, opts.MaxSleep, opts.MaxAttempts)}
 	if c.http == nil {
 		c.http = &http.Client{Timeout: 2 * time.Minute}
+		// A file may be a snapshot of gigabytes: no bound on a whole
+		// exchange, but on the wait for the server's answer.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = 2 * time.Minute
+		c.files = &http.Client{Transport: t}
 	}
 	u, err := url.Parse(strings.TrimSuffix(baseURL, "/"))
 	switch {
@@ -339,12 +345,21 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 // its start, and returns the server's 200 answer for the caller to read
 // and close, or the error of any other.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.ReadSeeker, contentType, key string) (*http.Response, error) {
+	return c.sendWith(ctx, c.http, method, path, q, body, contentType, key)
+}
+
+func (c *Client) sendWith(ctx context.Context, client *http.Client, method, path string, q url.Values, body io.ReadSeeker, contentType, key string) (*http.Response, error) {
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
 	var rd io.Reader
+	var size int64
 	if body != nil {
-		if _, err := body.Seek(0, io.SeekStart); err != nil {
+		var err error
+		if size, err = body.Seek(0, io.SeekEnd); err == nil {
+			_, err = body.Seek(0, io.SeekStart)
+		}
+		if err != nil {
 			return nil, &bodyError{err}
 		}
 		rd = &bodyReader{r: body} // not a Closer: the body is the caller's
@@ -353,6 +368,14 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	if err != nil {
 		return nil, err
 	}
+	if body != nil {
+		// Sent with its length: a server tells a body cut short from
+		// its end.
+		req.ContentLength = size
+		if size == 0 {
+			req.Body = http.NoBody
+		}
+	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
@@ -360,7 +383,7 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	res, err := c.http.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		if br, ok := rd.(*bodyReader); ok && br.err != nil {
 			return nil, &bodyError{br.err}
@@ -416,6 +439,8 @@ func classifyStatus(res *http.Response, b []byte) error {
 		// An encrypted store synced without a key, or a store synced
 		// without one (whose records the server reads) synced with one.
 		e.err = drivesync.ErrWrongKey
+	case e.p.Type == "urn:drivesync:problem:file-too-large":
+		e.err = drivesync.ErrFileTooLarge
 	case e.p.Type == "urn:drivesync:problem:file-exists":
 		e.err = fs.ErrExist
 	case e.p.Type == "urn:drivesync:problem:no-file":

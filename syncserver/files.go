@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -36,9 +37,18 @@ const (
 	kindFiles   = "files"
 )
 
-// DefaultMaxFileBytes bounds a file's size by default: above the engine's
-// default limit on a patch file (64 MiB) and what sealing adds to it.
-const DefaultMaxFileBytes = 80 << 20
+// DefaultMaxFileBytes bounds a file's size by default: the engine's
+// default bound on a snapshot or merge file (Limits.MaxSnapshotSize). A
+// file is kept in chunks, and streamed in and out: a large one costs the
+// server no memory.
+const DefaultMaxFileBytes = 16 << 30
+
+// chunkBytes is the size of a stored chunk of a file.
+const chunkBytes = 4 << 20
+
+// abandonedAfter is how old the chunks of an upload that never completed
+// (the server stopped during it) are when they are deleted.
+const abandonedAfter = 24 * time.Hour
 
 // wrongKind is the problem of a request of one kind to a store of the
 // other (kind is the store's).
@@ -120,27 +130,100 @@ func (s *Store) listFiles(ctx context.Context, id string, since int64) ([]fileIn
 	return files, rows.Err()
 }
 
-// getFile returns the content of a file of store id.
-func (s *Store) getFile(ctx context.Context, id, name string) ([]byte, bool, error) {
-	var data []byte
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT data FROM sync_server_files WHERE store_id = $1 AND name = $2`), id, name).Scan(&data)
+// storedFile is a row of sync_server_files.
+type storedFile struct {
+	upload string // its chunks' upload id
+	size   int64
+	sha256 string
+}
+
+// file returns a file of store id.
+func (s *Store) file(ctx context.Context, id, name string) (storedFile, bool, error) {
+	var f storedFile
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT upload_id, size, sha256 FROM sync_server_files WHERE store_id = $1 AND name = $2`), id, name).Scan(&f.upload, &f.size, &f.sha256)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
+		return f, false, nil
 	}
-	return data, err == nil, err
+	return f, err == nil, err
+}
+
+// chunk returns the chunk seq of an upload, or nil if there is none (the
+// file was deleted while it was read).
+func (s *Store) chunk(ctx context.Context, upload string, seq int) ([]byte, error) {
+	var data []byte
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT data FROM sync_server_chunks WHERE upload_id = $1 AND seq = $2`), upload, seq).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return data, err
+}
+
+// upload stores the content r yields as the chunks of a new upload,
+// each in a write of its own (a long upload holds no lock), and returns
+// the upload's id, size and hash. What it stored is deleted if it fails.
+func (s *Store) upload(ctx context.Context, r io.Reader, now int64) (upload string, size int64, hash string, err error) {
+	upload = uuid.NewString()
+	sum := sha256.New()
+	buf := make([]byte, chunkBytes)
+	for seq := 0; ; seq++ {
+		n, rerr := fill(r, buf)
+		if n > 0 {
+			sum.Write(buf[:n])
+			size += int64(n)
+			if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO sync_server_chunks (upload_id, seq, data, created_us) VALUES ($1, $2, $3, $4)`), upload, seq, buf[:n], now); err != nil {
+				s.dropUpload(upload)
+				return "", 0, "", err
+			}
+		}
+		if rerr == io.EOF {
+			return upload, size, hex.EncodeToString(sum.Sum(nil)), nil
+		}
+		if rerr != nil {
+			s.dropUpload(upload)
+			return "", 0, "", &bodyError{rerr}
+		}
+	}
+}
+
+// fill reads into buf until it is full or r ends. Unlike io.ReadFull it
+// keeps r's own error: a body cut short (io.ErrUnexpectedEOF) is not its
+// end (io.EOF).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// A bodyError is a request body that could not be read.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "reading the body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// dropUpload deletes the chunks of an upload that is no file's, even
+// after the request's context ended.
+func (s *Store) dropUpload(upload string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_chunks WHERE upload_id = $1`), upload)
 }
 
 // errFileExists says that another file has the name.
 var errFileExists = errors.New("file exists")
 
-// putFile creates a file of store id unless one of that name exists. A
-// file of that name with the same content is taken as this one, sent
-// again after its answer was lost: created is then false.
-func (s *Store) putFile(ctx context.Context, id, name string, data []byte, now int64) (created bool, err error) {
-	sum := sha256.Sum256(data)
-	hash := hex.EncodeToString(sum[:])
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO sync_server_files (store_id, name, data, size, sha256, created_us)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (store_id, name) DO NOTHING`), id, name, data, len(data), hash, now)
+// putFile makes an upload file name of store id, unless one of that name
+// exists. A file of that name with the same content is taken as this
+// one, sent again after its answer was lost: created is then false. The
+// upload is the file's only when created.
+func (s *Store) putFile(ctx context.Context, id, name, upload string, size int64, hash string, now int64) (created bool, err error) {
+	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO sync_server_files (store_id, name, upload_id, size, sha256, created_us)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (store_id, name) DO NOTHING`), id, name, upload, size, hash, now)
 	if err != nil {
 		return false, err
 	}
@@ -160,14 +243,41 @@ func (s *Store) putFile(ctx context.Context, id, name string, data []byte, now i
 	return false, nil
 }
 
-// deleteFile deletes a file of store id.
+// deleteFile deletes a file of store id and its chunks.
 func (s *Store) deleteFile(ctx context.Context, id, name string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_files WHERE store_id = $1 AND name = $2`), id, name)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	defer tx.Rollback()
+	var upload string
+	err = tx.QueryRowContext(ctx, s.q(`DELETE FROM sync_server_files WHERE store_id = $1 AND name = $2 RETURNING upload_id`), id, name).Scan(&upload)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sync_server_chunks WHERE upload_id = $1`), upload); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}
+
+// sweepChunks deletes, at most once an hour per process, the chunks of
+// uploads that became no file's and are older than abandonedAfter: the
+// server stopped while it received them.
+func (s *Store) sweepChunks(ctx context.Context, now int64) {
+	s.mu.Lock()
+	due := time.Since(s.chunks) > time.Hour
+	if due {
+		s.chunks = time.Now()
+	}
+	s.mu.Unlock()
+	if due {
+		s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_chunks WHERE created_us < $1
+			AND NOT EXISTS (SELECT 1 FROM sync_server_files f WHERE f.upload_id = sync_server_chunks.upload_id)`), now-abandonedAfter.Microseconds())
+	}
 }
 
 // fileRequest reads a file request's store and, for one file, its name,
@@ -251,11 +361,11 @@ func (h *Handler) getFile(w http.ResponseWriter, r *http.Request, user string) {
 	if !ok {
 		return
 	}
-	var data []byte
+	var f storedFile
 	found := false
 	if id != "" {
 		var err error
-		if data, found, err = h.store.getFile(r.Context(), id, name); err != nil {
+		if f, found, err = h.store.file(r.Context(), id, name); err != nil {
 			h.fileFailed(w, r, err)
 			return
 		}
@@ -264,31 +374,59 @@ func (h *Handler) getFile(w http.ResponseWriter, r *http.Request, user string) {
 		problem(w, r, http.StatusNotFound, "no-file", "No such file", fmt.Sprintf("store %q has no file %q", store, name))
 		return
 	}
+	// The chunks stream one at a time. A file deleted meanwhile ends the
+	// body short of its Content-Length, which the client sees.
+	first, err := h.store.chunk(r.Context(), f.upload, 0)
+	if err != nil {
+		h.fileFailed(w, r, err)
+		return
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.Write(data)
+	w.Header().Set("Content-Length", strconv.FormatInt(f.size, 10))
+	w.Write(first)
+	for seq, sent := 1, int64(len(first)); sent < f.size; seq++ {
+		data, err := h.store.chunk(r.Context(), f.upload, seq)
+		if err != nil || data == nil {
+			info(r).err = fmt.Errorf("file %s deleted or unreadable while sent: %v", name, err)
+			return
+		}
+		if _, err := w.Write(data); err != nil {
+			return
+		}
+		sent += int64(len(data))
+	}
 }
 
 func (h *Handler) putFile(w http.ResponseWriter, r *http.Request, user string) {
 	if _, _, _, ok := h.fileRequest(w, r, user, true, false); !ok {
 		return // a bad name, or a store of records: refused before the body is read
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxFileBytes))
+	now := h.opts.Now().UnixMicro()
+	h.store.sweepChunks(r.Context(), now)
+	upload, size, hash, err := h.store.upload(r.Context(), http.MaxBytesReader(w, r.Body, h.opts.MaxFileBytes), now)
 	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
 		problem(w, r, http.StatusRequestEntityTooLarge, "file-too-large", "File too large",
-			fmt.Sprintf("the file is over the server's limit of %d bytes: set the devices' Limits.MaxFileSize below it, or raise the server's", mb.Limit))
+			fmt.Sprintf("the file is over the server's limit of %d bytes (MaxFileBytes): raise it to at least the devices' Limits.MaxSnapshotSize (16 GiB by default), or lower theirs", mb.Limit))
 		return
 	}
-	if err != nil {
+	if be := (*bodyError)(nil); errors.As(err, &be) {
 		info(r).err = err
 		problem(w, r, http.StatusBadRequest, "body-unreadable", "Body unreadable", "the body could not be read; nothing was stored: send it again")
 		return
 	}
-	store, id, name, ok := h.fileRequest(w, r, user, true, true)
-	if !ok {
+	if err != nil {
+		h.fileFailed(w, r, err)
 		return
 	}
-	created, err := h.store.putFile(r.Context(), id, name, data, h.opts.Now().UnixMicro())
+	store, id, name, ok := h.fileRequest(w, r, user, true, true)
+	if !ok {
+		h.store.dropUpload(upload)
+		return
+	}
+	created, err := h.store.putFile(r.Context(), id, name, upload, size, hash, now)
+	if !created {
+		h.store.dropUpload(upload)
+	}
 	if errors.Is(err, errFileExists) {
 		problem(w, r, http.StatusPreconditionFailed, "file-exists", "File exists",
 			fmt.Sprintf("store %q has another file named %q: files are never replaced; write this one under another name", store, name))

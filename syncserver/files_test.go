@@ -1,12 +1,19 @@
 package syncserver
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
+	"time"
 )
 
 // TestFilesProtocol checks a store of files through the raw protocol:
@@ -104,4 +111,67 @@ func TestMigrateOlderDatabase(t *testing.T) {
 		t.Fatalf("open again: %v", err)
 	}
 	st.Close()
+}
+
+// TestFilesInChunks checks a file of several chunks: read back whole,
+// listed at its size, and its chunks gone with it; a body cut short
+// leaves nothing.
+func TestFilesInChunks(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		ts := newServer(t, spec)
+		content := make([]byte, 2*chunkBytes+12345)
+		for i := range content {
+			content[i] = byte(i*7 + i/chunkBytes)
+		}
+		u := ts.URL + "/sync/file?store=s&name=big"
+		if r := do(t, "PUT", u, aliceToken, string(content)); r.status != 200 {
+			t.Fatalf("PUT: %d %s", r.status, r.body)
+		}
+		r := do(t, "GET", u, aliceToken, "")
+		if r.status != 200 || !bytes.Equal(r.body, content) {
+			t.Fatalf("GET: %d, %d bytes, equal %v", r.status, len(r.body), bytes.Equal(r.body, content))
+		}
+		if r := do(t, "GET", ts.URL+"/sync/files?store=s", aliceToken, ""); !strings.Contains(string(r.body), fmt.Sprintf(`"size":%d`, len(content))) {
+			t.Fatalf("list: %s", r.body)
+		}
+		chunks := func() (n int) {
+			t.Helper()
+			if err := ts.st.read.QueryRow(`SELECT count(*) FROM sync_server_chunks`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := chunks(); n != 3 {
+			t.Fatalf("%d chunks stored, want 3", n)
+		}
+		// A body that ends early, straight to the handler (the
+		// document's checker reads bodies whole): nothing stored, no
+		// chunk left.
+		direct := httptest.NewServer(NewHandler(ts.st, Options{Tokens: map[string]string{aliceToken: "alice"}}))
+		defer direct.Close()
+		req, _ := http.NewRequest("PUT", direct.URL+"/sync/file?store=s&name=cut", io.MultiReader(bytes.NewReader(content[:chunkBytes+10]), iotest.ErrReader(errors.New("cut"))))
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		req.ContentLength = int64(len(content))
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+		if r := do(t, "GET", ts.URL+"/sync/file?store=s&name=cut", aliceToken, ""); r.status != 404 {
+			t.Fatalf("a cut upload: GET %d, want 404", r.status)
+		}
+		// A body cut short ends in io.ErrUnexpectedEOF, which is not its
+		// end: the upload fails, and leaves no chunk.
+		if _, _, _, err := ts.st.upload(context.Background(), io.MultiReader(bytes.NewReader(content[:chunkBytes+10]), iotest.ErrReader(io.ErrUnexpectedEOF)), 1); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("an upload cut short: got %v, want io.ErrUnexpectedEOF", err)
+		}
+		if r := do(t, "DELETE", u, aliceToken, ""); r.status != 200 {
+			t.Fatalf("DELETE: %d %s", r.status, r.body)
+		}
+		for range 100 {
+			if chunks() == 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // the cut upload's handler may still be cleaning up
+		}
+		t.Fatalf("%d chunks left after the delete and the cut upload", chunks())
+	})
 }

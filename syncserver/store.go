@@ -35,6 +35,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	swept   time.Time // when expired idempotency keys were last deleted
+	chunks  time.Time // when abandoned uploads' chunks were last deleted
 	closeMu sync.Once
 }
 
@@ -150,13 +151,21 @@ CREATE INDEX IF NOT EXISTS sync_server_keys_created ON sync_server_keys (created
 CREATE TABLE IF NOT EXISTS sync_server_files (
 	store_id   TEXT NOT NULL,
 	name       TEXT NOT NULL,
-	data       BYTEA NOT NULL,
+	upload_id  TEXT NOT NULL,
 	size       BIGINT NOT NULL,
 	sha256     TEXT NOT NULL,
 	created_us BIGINT NOT NULL,
 	PRIMARY KEY (store_id, name)
 );
 CREATE INDEX IF NOT EXISTS sync_server_files_created ON sync_server_files (store_id, created_us);
+CREATE TABLE IF NOT EXISTS sync_server_chunks (
+	upload_id  TEXT NOT NULL,
+	seq        INTEGER NOT NULL,
+	data       BYTEA NOT NULL,
+	created_us BIGINT NOT NULL,
+	PRIMARY KEY (upload_id, seq)
+);
+CREATE INDEX IF NOT EXISTS sync_server_chunks_created ON sync_server_chunks (created_us);
 `
 
 func (s *Store) migrate(ctx context.Context) error {

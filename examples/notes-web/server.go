@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,7 +29,33 @@ type server struct {
 
 func (s *server) Close() error { return s.app.Close() }
 
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the app to this machine's browser only. Any page the
+// user visits may send forms to a port on 127.0.0.1: a request another
+// site sends (CrossOriginProtection, by Sec-Fetch-Site and Origin) is
+// refused, and so is one that names another host, as a page whose name
+// was rebound to 127.0.0.1 does.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !loopbackHost(r.Host) {
+		http.Error(w, "this app answers only as localhost or 127.0.0.1, not as "+r.Host, http.StatusForbidden)
+		return
+	}
+	crossOrigin.Handler(&s.mux).ServeHTTP(w, r)
+}
+
+var crossOrigin = http.NewCrossOriginProtection()
+
+// loopbackHost reports whether a request's Host names this machine.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 func (s *server) routes() {
 	s.mux.HandleFunc("GET /{$}", s.index)
