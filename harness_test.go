@@ -856,6 +856,9 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 			count("snapshots holding a record in parts")
 		}
 	}
+	if errors.Is(err, ErrFileTooLarge) {
+		count("snapshots refused over a sync server's file limit")
+	}
 	if err != nil && strings.Contains(err.Error(), "deleted while this sync ran") {
 		count("sync stopped: a listed file was compacted, no snapshot listed holds it")
 	}
@@ -1434,10 +1437,13 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 	// keeps files, which the devices merge: its schedules are file
 	// schedules, through the server's Remote.
 	w.rotateAt = -1
-	if !(w.server && smallLimits) && rapid.IntRange(0, 3).Draw(rt, "encrypted") == 0 {
+	if rapid.IntRange(0, 3).Draw(rt, "encrypted") == 0 {
 		if w.server {
 			w.server = false
 			count("schedules of an encrypted store on a sync server's files")
+			if smallLimits {
+				count("schedules of an encrypted store on a sync server's files, with small limits")
+			}
 		}
 		w.keys = []Key{Passphrase("harness key 1")}
 		count("schedules of an encrypted store")
