@@ -44,9 +44,9 @@ func TestSchedulesOverServer(t *testing.T) {
 	// schedules with small limits: records merge past the write limit
 	// (a pull sends them in parts), and a sync's changes take several
 	// pushes.
-	// Its limit on a file (an encrypted store's) is below what many
-	// stores' snapshots take: the month's snapshot is refused, and
-	// waits for the next month.
+	// Its limit on a file (an encrypted store's) is just above a patch
+	// file's largest: a store whose state outgrows it has its month's
+	// snapshot refused, which waits for the next month.
 	small := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: tokens, MaxRecordBytes: 1024, MaxBodyBytes: 16 << 10, MaxFileBytes: 1900}))
 	t.Cleanup(small.Close)
 	drivesync.RunSchedulesOver(t, *serverSchedules, &drivesync.HarnessBackend{
