@@ -127,7 +127,9 @@ type keyring struct {
 	read  []age.Identity      // the current key, then the previous ones
 	ids   string              // see id
 	// first: one of the keys opens the marker's check, that of the key
-	// the store was created with.
+	// the store was created with, or did when this device synced before
+	// (it read the files of that key then, and dropped it afterwards, as
+	// a key change ends).
 	first bool
 }
 
@@ -252,7 +254,16 @@ func (s *syncRun) bindKeys(ctx context.Context, m marker, own bool, l *listing) 
 			return err
 		}
 	}
-	k.first = seal.Opens(enc.Check, k.store, k.read)
+	held, err := getMeta(ctx, s.conn, metaFirstKey)
+	if err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	if k.first = held == m.Store; !k.first && seal.Opens(enc.Check, k.store, k.read) {
+		if err := s.setMetas(ctx, metaFirstKey, m.Store); err != nil {
+			return err
+		}
+		k.first = true
+	}
 	e.keys = k
 	return nil
 }
@@ -316,7 +327,7 @@ func (s *syncRun) foreignKey(ctx context.Context, file string) error {
 		}
 	}
 	if !e.keys.first {
-		return &Error{Op: "sync", File: file, Err: fmt.Errorf("%w: this file is encrypted with a key this device does not have, and none of its keys is the one the store was created with (its marker's key check): this device was given only a newer key, or dropped the first one before the files encrypted with it were compacted. Nothing was applied or uploaded. Keep every older key the store's files still use in Config.PreviousKeys", ErrWrongKey)}
+		return &Error{Op: "sync", File: file, Err: fmt.Errorf("%w: this file is encrypted with a key this device does not have, and this device never had the key the store was created with (its marker's key check): it was given only a newer key while files of the first one remain. Nothing was applied or uploaded. Add the store's first key to Config.PreviousKeys; if every file of that key was compacted and this one is damaged or not the store's, delete it from the remote", ErrWrongKey)}
 	}
 	files := s.keyFiles
 	fps := e.keys.fingerprints()

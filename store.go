@@ -137,6 +137,7 @@ const (
 	metaRemoteID     = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
 	metaStatus       = "status"        // how the last sync ended, for Status (JSON)
 	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
+	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
 	schemaVersion    = "2"
 )
 

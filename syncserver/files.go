@@ -159,9 +159,11 @@ func (s *Store) chunk(ctx context.Context, upload string, seq int) ([]byte, erro
 }
 
 // upload stores the content r yields as the chunks of a new upload,
-// each in a write of its own (a long upload holds no lock), and returns
-// the upload's id, size and hash. What it stored is deleted if it fails.
-func (s *Store) upload(ctx context.Context, r io.Reader, now int64) (upload string, size int64, hash string, err error) {
+// each in a write of its own (a long upload holds no lock), stamped with
+// the time now gives as it is written, and returns the upload's id, size
+// and hash and how many chunks it has. What it stored is deleted if it
+// fails.
+func (s *Store) upload(ctx context.Context, r io.Reader, now func() int64) (upload string, size int64, hash string, chunks int, err error) {
 	upload = uuid.NewString()
 	sum := sha256.New()
 	buf := make([]byte, chunkBytes)
@@ -170,17 +172,18 @@ func (s *Store) upload(ctx context.Context, r io.Reader, now int64) (upload stri
 		if n > 0 {
 			sum.Write(buf[:n])
 			size += int64(n)
-			if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO sync_server_chunks (upload_id, seq, data, created_us) VALUES ($1, $2, $3, $4)`), upload, seq, buf[:n], now); err != nil {
+			if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO sync_server_chunks (upload_id, seq, data, created_us) VALUES ($1, $2, $3, $4)`), upload, seq, buf[:n], now()); err != nil {
 				s.dropUpload(upload)
-				return "", 0, "", err
+				return "", 0, "", 0, err
 			}
+			chunks++
 		}
 		if rerr == io.EOF {
-			return upload, size, hex.EncodeToString(sum.Sum(nil)), nil
+			return upload, size, hex.EncodeToString(sum.Sum(nil)), chunks, nil
 		}
 		if rerr != nil {
 			s.dropUpload(upload)
-			return "", 0, "", &bodyError{rerr}
+			return "", 0, "", 0, &bodyError{rerr}
 		}
 	}
 }
@@ -217,11 +220,24 @@ func (s *Store) dropUpload(upload string) {
 // errFileExists says that another file has the name.
 var errFileExists = errors.New("file exists")
 
-// putFile makes an upload file name of store id, unless one of that name
-// exists. A file of that name with the same content is taken as this
-// one, sent again after its answer was lost: created is then false. The
-// upload is the file's only when created.
-func (s *Store) putFile(ctx context.Context, id, name, upload string, size int64, hash string, now int64) (created bool, err error) {
+// errUploadSwept says that chunks of an upload were deleted before it
+// was made a file (idle past abandonedAfter).
+var errUploadSwept = errors.New("the upload's chunks were deleted as abandoned before it completed")
+
+// putFile makes an upload of chunks chunks file name of store id, created
+// at now (once its content is all stored: a device that lists the store
+// while the upload runs lists it later, from no earlier than then),
+// unless a file of that name exists. A file of that name with the same
+// content is taken as this one, sent again after its answer was lost:
+// created is then false. The upload is the file's only when created.
+func (s *Store) putFile(ctx context.Context, id, name, upload string, size int64, hash string, chunks int, now int64) (created bool, err error) {
+	var have int
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT count(*) FROM sync_server_chunks WHERE upload_id = $1`), upload).Scan(&have); err != nil {
+		return false, err
+	}
+	if have != chunks {
+		return false, errUploadSwept
+	}
 	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO sync_server_files (store_id, name, upload_id, size, sha256, created_us)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (store_id, name) DO NOTHING`), id, name, upload, size, hash, now)
 	if err != nil {
@@ -265,8 +281,10 @@ func (s *Store) deleteFile(ctx context.Context, id, name string) (bool, error) {
 }
 
 // sweepChunks deletes, at most once an hour per process, the chunks of
-// uploads that became no file's and are older than abandonedAfter: the
-// server stopped while it received them.
+// uploads that are no file's and received no chunk for abandonedAfter:
+// the server stopped while it received them, or the client went away. An
+// upload that resumes after that finds chunks gone, and is refused (see
+// putFile).
 func (s *Store) sweepChunks(ctx context.Context, now int64) {
 	s.mu.Lock()
 	due := time.Since(s.chunks) > time.Hour
@@ -275,7 +293,8 @@ func (s *Store) sweepChunks(ctx context.Context, now int64) {
 	}
 	s.mu.Unlock()
 	if due {
-		s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_chunks WHERE created_us < $1
+		s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_chunks WHERE upload_id IN (
+			SELECT c.upload_id FROM sync_server_chunks c GROUP BY c.upload_id HAVING max(c.created_us) < $1)
 			AND NOT EXISTS (SELECT 1 FROM sync_server_files f WHERE f.upload_id = sync_server_chunks.upload_id)`), now-abandonedAfter.Microseconds())
 	}
 }
@@ -401,9 +420,9 @@ func (h *Handler) putFile(w http.ResponseWriter, r *http.Request, user string) {
 	if _, _, _, ok := h.fileRequest(w, r, user, true, false); !ok {
 		return // a bad name, or a store of records: refused before the body is read
 	}
-	now := h.opts.Now().UnixMicro()
-	h.store.sweepChunks(r.Context(), now)
-	upload, size, hash, err := h.store.upload(r.Context(), http.MaxBytesReader(w, r.Body, h.opts.MaxFileBytes), now)
+	h.store.sweepChunks(r.Context(), h.opts.Now().UnixMicro())
+	clock := func() int64 { return h.opts.Now().UnixMicro() }
+	upload, size, hash, chunks, err := h.store.upload(r.Context(), http.MaxBytesReader(w, r.Body, h.opts.MaxFileBytes), clock)
 	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
 		problem(w, r, http.StatusRequestEntityTooLarge, "file-too-large", "File too large",
 			fmt.Sprintf("the file is over the server's limit of %d bytes (MaxFileBytes): raise it to at least the devices' Limits.MaxSnapshotSize (16 GiB by default), or lower theirs", mb.Limit))
@@ -423,9 +442,17 @@ func (h *Handler) putFile(w http.ResponseWriter, r *http.Request, user string) {
 		h.store.dropUpload(upload)
 		return
 	}
-	created, err := h.store.putFile(r.Context(), id, name, upload, size, hash, now)
-	if !created {
+	created, err := h.store.putFile(r.Context(), id, name, upload, size, hash, chunks, clock())
+	if err == nil && !created || errors.Is(err, errFileExists) {
+		// Not this upload's file. After another failure the insert may
+		// have committed all the same: the chunks are left to the
+		// sweep, which takes them only if they are no file's.
 		h.store.dropUpload(upload)
+	}
+	if errors.Is(err, errUploadSwept) {
+		problem(w, r, http.StatusServiceUnavailable, "upload-abandoned", "Upload abandoned",
+			fmt.Sprintf("the upload was idle for over %v and its content was deleted; nothing was stored: send it again", abandonedAfter))
+		return
 	}
 	if errors.Is(err, errFileExists) {
 		problem(w, r, http.StatusPreconditionFailed, "file-exists", "File exists",

@@ -160,7 +160,7 @@ func TestFilesInChunks(t *testing.T) {
 		}
 		// A body cut short ends in io.ErrUnexpectedEOF, which is not its
 		// end: the upload fails, and leaves no chunk.
-		if _, _, _, err := ts.st.upload(context.Background(), io.MultiReader(bytes.NewReader(content[:chunkBytes+10]), iotest.ErrReader(io.ErrUnexpectedEOF)), 1); !errors.Is(err, io.ErrUnexpectedEOF) {
+		if _, _, _, _, err := ts.st.upload(context.Background(), io.MultiReader(bytes.NewReader(content[:chunkBytes+10]), iotest.ErrReader(io.ErrUnexpectedEOF)), func() int64 { return 1 }); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("an upload cut short: got %v, want io.ErrUnexpectedEOF", err)
 		}
 		if r := do(t, "DELETE", u, aliceToken, ""); r.status != 200 {

@@ -415,7 +415,7 @@ func (s *Store) pull(ctx context.Context, owner, name string, since int64, limit
 			return pg, err
 		}
 		r.deleted = deleted != 0
-		size += len(r.data) + len(r.clock) + len(r.id)
+		size += len(r.data) + len(r.clock) + len(r.seen) + len(r.id)
 		pg.records = append(pg.records, r)
 	}
 	return pg, rows.Err()
