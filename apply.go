@@ -794,7 +794,7 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 			if err != nil {
 				return nil, nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 			}
-			cands := overwrites(st.node, p, seen, device)
+			cands := overwrites(st.node, p, seen, merge.Stamp{Version: c.version, Device: device})
 			applyWrite(st.node, c, device, p)
 			if err := s.storeState(ctx, st, c); err != nil {
 				return nil, nil, err
@@ -805,11 +805,11 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 	// A sync server's state, with what its writes had seen.
 	if c.clock != nil && c.seen != nil && st.node.Exists() {
 		if entries := parseStateSeen(c.seen); entries != nil {
-			cands, by := s.stateOverwrites(st.node, entries)
+			cands := s.stateOverwrites(st.node, entries)
 			if err := s.mergeChange(ctx, st, c, device); err != nil {
 				return nil, nil, err
 			}
-			return st, before, s.logStateConflicts(ctx, c, st.node, cands, by)
+			return st, before, s.logConflicts(ctx, c, st.node, cands)
 		}
 	}
 	return st, before, s.mergeChange(ctx, st, c, device)

@@ -152,12 +152,13 @@ type overwritten struct {
 	path  []string
 	value jsonv.Value
 	stamp merge.Stamp
+	by    merge.Stamp // the write that would overwrite it
 }
 
 // overwrites returns the values of state n, a record shown on this device,
 // at the paths patch writes, that its writer had not seen (see seen): the
 // candidates for the conflict log, before the write is merged.
-func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, writer string) []overwritten {
+func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, at merge.Stamp) []overwritten {
 	var out []overwritten
 	var walk func(n *merge.Node, patch jsonv.Value, path []string)
 	walk = func(n *merge.Node, patch jsonv.Value, path []string) {
@@ -171,14 +172,14 @@ func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, w
 				walk(c, m.Value, p)
 				continue
 			}
-			if c.Stamp.Device == writer || !seen[pathKey(p)].Less(c.Stamp) {
+			if c.Stamp.Device == at.Device || !seen[pathKey(p)].Less(c.Stamp) {
 				continue // its writer's own value, or one it had seen
 			}
 			v := jsonv.Value{Leaf: c.Leaf}
 			if c.Kind == merge.ObjectNode {
 				v = c.Value()
 			}
-			out = append(out, overwritten{path: p, value: v, stamp: c.Stamp})
+			out = append(out, overwritten{path: p, value: v, stamp: c.Stamp, by: at})
 		}
 	}
 	walk(n, patch, nil)
@@ -216,9 +217,8 @@ func parseStateSeen(raw []byte) []stateSeen {
 // device, at the paths the writes listed in entries set, that those
 // writes had not seen: the candidates for the conflict log, before the
 // server's state is merged. Each comes with its writer's stamp.
-func (s *syncRun) stateOverwrites(n *merge.Node, entries []stateSeen) ([]overwritten, []merge.Stamp) {
+func (s *syncRun) stateOverwrites(n *merge.Node, entries []stateSeen) []overwritten {
 	var out []overwritten
-	var by []merge.Stamp
 	for _, e := range entries {
 		if e.writer.Device == s.e.deviceID {
 			continue // this device's own write, back from the server
@@ -227,29 +227,9 @@ func (s *syncRun) stateOverwrites(n *merge.Node, entries []stateSeen) ([]overwri
 		if !held || at.Device == e.writer.Device || at == e.writer || !e.seen.Less(at) {
 			continue // nothing to lose, its writer's own value, or one it had seen
 		}
-		out = append(out, overwritten{path: e.path, value: v, stamp: at})
-		by = append(by, e.writer)
+		out = append(out, overwritten{path: e.path, value: v, stamp: at, by: e.writer})
 	}
-	return out, by
-}
-
-// logStateConflicts logs the candidates (see stateOverwrites) that the
-// merged state n shows overwritten by their writers.
-func (s *syncRun) logStateConflicts(ctx context.Context, c fileChange, n *merge.Node, cands []overwritten, by []merge.Stamp) error {
-	for i, o := range cands {
-		v, at, held := valueAt(n, o.path)
-		if at != by[i] || held && jsonv.Equal(v, o.value) {
-			continue // the write lost there (merged with this device's), or wrote the same value
-		}
-		winner := jsonv.Null
-		if held {
-			winner = v
-		}
-		if err := s.addConflict(ctx, c.table, c.record, o.path, o.value, o.stamp, winner, at); err != nil {
-			return err
-		}
-	}
-	return nil
+	return out
 }
 
 // valueAt returns n's value at path, and whether it holds one.
@@ -268,13 +248,12 @@ func valueAt(n *merge.Node, path []string) (jsonv.Value, merge.Stamp, bool) {
 	return jsonv.Value{}, n.Stamp, false
 }
 
-// logConflicts logs the candidates that received write c, now merged into
-// n, did overwrite: the value there is c's now.
+// logConflicts logs the candidates of c's record that their writes, now
+// merged into n, did overwrite: the value there is theirs now.
 func (s *syncRun) logConflicts(ctx context.Context, c fileChange, n *merge.Node, cands []overwritten) error {
-	at := merge.Stamp{Version: c.version, Device: c.device}
 	for _, o := range cands {
-		v, stamp, held := valueAt(n, o.path)
-		if stamp != at || held && jsonv.Equal(v, o.value) {
+		v, at, held := valueAt(n, o.path)
+		if at != o.by || held && jsonv.Equal(v, o.value) {
 			continue // the write lost there, or wrote the same value
 		}
 		winner := jsonv.Null
