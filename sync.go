@@ -145,8 +145,11 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	}
 	defer conn.Close()
 	// Whatever happened, the connection goes back to the app's pool
-	// outside any transaction.
+	// outside any transaction, with its page cache as it was.
 	defer endTx(conn)
+	if restore := growCache(ctx, conn); restore != nil {
+		defer restore()
+	}
 	s := &syncRun{e: e, conn: conn}
 	e.uploaded, e.meter = 0, meter{}
 	defer s.cleanup()
@@ -154,6 +157,34 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	endTx(conn)
 	s.recordStatus(ctx, err)
 	return s.report, err
+}
+
+// syncCacheKiB is the page cache of the connection a sync runs on. A sync
+// touches every pending record's row, state and index entries, far more
+// pages than SQLite's default cache (2 MB) holds once a database has grown:
+// with it, a sync of 100,000 records reads the same pages from the file
+// again and again.
+const syncCacheKiB = 64 << 10
+
+// growCache raises conn's page cache to syncCacheKiB for the sync, unless
+// the app set a larger one, and returns what sets it back (nil: nothing
+// to set back).
+func growCache(ctx context.Context, conn *sql.Conn) (restore func()) {
+	var pages, pageSize int64
+	if conn.QueryRowContext(ctx, `PRAGMA cache_size`).Scan(&pages) != nil || conn.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize) != nil {
+		return nil
+	}
+	kib := -pages // negative: KiB; positive: pages
+	if pages > 0 {
+		kib = pages * pageSize >> 10
+	}
+	if kib >= syncCacheKiB {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA cache_size = %d`, -syncCacheKiB)); err != nil {
+		return nil
+	}
+	return func() { conn.ExecContext(context.Background(), fmt.Sprintf(`PRAGMA cache_size = %d`, pages)) }
 }
 
 // syncRun is one call of Sync (or Snapshot, JoinRemote, StartFresh): what
