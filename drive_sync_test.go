@@ -63,6 +63,7 @@ func TestDriveRequestBudget(t *testing.T) {
 	srv.ResetRequests()
 	a.sync()
 	idle := srv.Requests()
+	t.Logf("idle: %v", srv.RequestLog())
 	if idle > 2 {
 		t.Errorf("a sync with nothing new cost %d requests, want at most 2: %v", idle, srv.RequestLog())
 	}
@@ -80,7 +81,7 @@ func TestDriveRequestBudget(t *testing.T) {
 	if n := srv.Requests(); n > 4+k {
 		t.Errorf("upload 1 + download %d cost %d requests, want at most %d: %v", k, n, 4+k, srv.RequestLog())
 	}
-	t.Logf("requests: nothing new: %d; upload 1 + download %d: %d", idle, k, srv.Requests())
+	t.Logf("requests: nothing new: %d; upload 1 + download %d: %d: %v", idle, k, srv.Requests(), srv.RequestLog())
 }
 
 // BenchmarkDriveRequests compares the HTTP requests of a sync that sends
