@@ -65,6 +65,8 @@
 //   - Config.Encryption (Passphrase, X25519Key) encrypts and
 //     authenticates every file a device uploads; a wrong or missing key
 //     fails Sync with ErrWrongKey before anything is applied or uploaded.
+//     Through a sync server, an encrypted store keeps sealed files there
+//     (httpremote.Client.Files), which the devices merge.
 //   - Engine.AutoSync syncs by itself: after local edits, every interval,
 //     at once on SyncNow, backing off while the remote is unreachable.
 //   - Engine.Status says what waits and how the last sync went, from the
