@@ -43,12 +43,12 @@ func triggerSQL(t *tableInfo) map[string]string {
 	notObject := "CASE WHEN json_valid(NEW.content, 6) THEN json_type(NEW.content) <> 'object' ELSE 1 END"
 	refuse := fmt.Sprintf("SELECT RAISE(ABORT, %s);", quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
 	return map[string]string{
-		// A write is checked and marked by one trigger: RAISE(ABORT)
+		// An insert is checked and marked by one trigger: RAISE(ABORT)
 		// after the row is stored backs the statement out all the same.
-		// An update is checked when it changed the content.
-		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s WHERE %s; %s END", quoteIdent(name("insert")), tbl, when, strings.TrimSuffix(refuse, ";"), notObject, mark("NEW.id")),
-		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s WHERE OLD.content IS NOT NEW.content AND %s; %s END", quoteIdent(name("update")), tbl, when, strings.TrimSuffix(refuse, ";"), notObject, mark("NEW.id")),
-		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
+		name("check_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE OF content ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_update")), tbl, when, notObject, refuse),
+		name("insert"):       fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s WHERE %s; %s END", quoteIdent(name("insert")), tbl, when, strings.TrimSuffix(refuse, ";"), notObject, mark("NEW.id")),
+		name("update"):       fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
+		name("delete"):       fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
 		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s %s AND OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, when, mark("OLD.id")),
