@@ -43,10 +43,9 @@ func triggerSQL(t *tableInfo) map[string]string {
 	notObject := "CASE WHEN json_valid(NEW.content, 6) THEN json_type(NEW.content) <> 'object' ELSE 1 END"
 	refuse := fmt.Sprintf("SELECT RAISE(ABORT, %s);", quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
 	return map[string]string{
-		// An insert is checked and marked by one trigger: RAISE(ABORT)
-		// after the row is stored backs the statement out all the same.
+		name("check_insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_insert")), tbl, when, notObject, refuse),
 		name("check_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE OF content ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_update")), tbl, when, notObject, refuse),
-		name("insert"):       fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s WHERE %s; %s END", quoteIdent(name("insert")), tbl, when, strings.TrimSuffix(refuse, ";"), notObject, mark("NEW.id")),
+		name("insert"):       fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark("NEW.id")),
 		name("update"):       fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
 		name("delete"):       fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
