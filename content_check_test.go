@@ -21,6 +21,9 @@ func TestNonObjectContentRefusedAtWrite(t *testing.T) {
 		{`INSERT INTO notes (id, content) VALUES ('bad', ?)`, `"a string"`},
 		{`UPDATE notes SET content = jsonb(?) WHERE id = 'ok'`, `42`},
 		{`UPDATE notes SET content = ? WHERE id = 'ok'`, `{"broken":`},
+		// Over an existing row: the statement is backed out whole, the
+		// row it replaced included.
+		{`INSERT OR REPLACE INTO notes (id, content) VALUES ('ok', jsonb(?))`, `[1]`},
 	} {
 		_, err := d.db.Exec(c.sql, c.arg)
 		if err == nil || !strings.Contains(err.Error(), "notes.content must be a JSON object") {
@@ -29,6 +32,10 @@ func TestNonObjectContentRefusedAtWrite(t *testing.T) {
 	}
 	if got := d.get("ok"); got != `{"v":1}` {
 		t.Errorf("ok = %s", got)
+	}
+	var n int
+	if err := d.db.QueryRow(`SELECT count(*) FROM notes WHERE id = 'bad'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("a refused insert left %d rows (%v)", n, err)
 	}
 	if r := d.sync(); len(r.Skipped) != 0 || r.ChangesSent != 1 {
 		t.Errorf("sync: %+v", r)

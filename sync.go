@@ -181,10 +181,15 @@ func growCache(ctx context.Context, conn *sql.Conn) (restore func()) {
 	if kib >= syncCacheKiB {
 		return nil
 	}
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA cache_size = %d`, -syncCacheKiB)); err != nil {
+	// Not under ctx: a statement cancelled after SQLite prepared it (which
+	// applies the pragma) reports an error, and the raised cache would go
+	// back to the app's pool. What is raised is always set back.
+	restore = func() { conn.ExecContext(context.Background(), fmt.Sprintf(`PRAGMA cache_size = %d`, pages)) }
+	if _, err := conn.ExecContext(context.Background(), fmt.Sprintf(`PRAGMA cache_size = %d`, -syncCacheKiB)); err != nil {
+		restore()
 		return nil
 	}
-	return func() { conn.ExecContext(context.Background(), fmt.Sprintf(`PRAGMA cache_size = %d`, pages)) }
+	return restore
 }
 
 // syncRun is one call of Sync (or Snapshot, JoinRemote, StartFresh): what
