@@ -230,8 +230,9 @@ func TestR14cCacheRestoredOtherwise(t *testing.T) {
 	}
 	before := r14cPoolCache(t, d)
 	fired := map[string]bool{}
-	defer func() { stepHook = nil }()
-	stepHook = func(e *Engine, p string) error {
+	h := hooks(d.eng) // this engine's hooks, which the package's step hook calls
+	defer func() { h.step = nil }()
+	h.step = func(p string) error {
 		if p == "planned" {
 			fired["err"] = true
 			return errors.New("boom")
@@ -241,7 +242,7 @@ func TestR14cCacheRestoredOtherwise(t *testing.T) {
 	d.eng.Sync(context.Background())
 	check("error", before)
 	ctx, cancel := context.WithCancel(context.Background())
-	stepHook = func(e *Engine, p string) error {
+	h.step = func(p string) error {
 		if p == "fetched" {
 			fired["cancel"] = true
 			cancel()
@@ -250,7 +251,7 @@ func TestR14cCacheRestoredOtherwise(t *testing.T) {
 	}
 	d.eng.Sync(ctx)
 	check("cancel mid-sync", before)
-	stepHook = func(e *Engine, p string) error {
+	h.step = func(p string) error {
 		if p == "applied" {
 			fired["panic"] = true
 			panic("boom")
@@ -265,7 +266,7 @@ func TestR14cCacheRestoredOtherwise(t *testing.T) {
 	if len(fired) != 3 {
 		t.Fatalf("hooks fired: %v", fired)
 	}
-	stepHook = nil
+	h.step = nil
 	d.exec(`PRAGMA cache_size = 500`)
 	d.sync()
 	check("app's pages", 500)
