@@ -94,13 +94,25 @@ func (f *files) Create(ctx context.Context, name string, content io.Reader) erro
 	// A request sent again must send the same bytes: the server takes a
 	// file of that name and content for the same request's, whose answer
 	// was lost.
-	body, ok := content.(io.ReadSeeker)
-	if !ok {
+	// Each attempt reads the content through a reader of its own (see
+	// sendWith): from a file or bytes as they are, anything else once
+	// into memory.
+	var body *io.SectionReader
+	if ra, ok := content.(interface {
+		io.ReaderAt
+		io.Seeker
+	}); ok {
+		size, err := ra.Seek(0, io.SeekEnd)
+		if err != nil {
+			return fmt.Errorf("httpremote: create %s: %w", name, err)
+		}
+		body = io.NewSectionReader(ra, 0, size)
+	} else {
 		b, err := io.ReadAll(content)
 		if err != nil {
 			return fmt.Errorf("httpremote: create %s: %w", name, err)
 		}
-		body = bytes.NewReader(b)
+		body = io.NewSectionReader(bytes.NewReader(b), 0, int64(len(b)))
 	}
 	err := f.c.pace.Call(ctx, func() error {
 		res, err := f.c.sendWith(ctx, f.c.files, http.MethodPut, "/sync/file", f.query(name), body, "application/octet-stream", "")

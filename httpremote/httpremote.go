@@ -320,9 +320,9 @@ func (e *statusError) Unwrap() error { return e.err }
 // call sends a request, retrying what may pass, and decodes the JSON
 // answer into out.
 func (c *Client) call(ctx context.Context, method, path string, q url.Values, body []byte, key string, out any) error {
-	var rd io.ReadSeeker
+	var rd *io.SectionReader
 	if body != nil {
-		rd = bytes.NewReader(body)
+		rd = io.NewSectionReader(bytes.NewReader(body), 0, int64(len(body)))
 	}
 	return c.pace.Call(ctx, func() error {
 		res, err := c.send(ctx, method, path, q, rd, "application/json", key)
@@ -341,28 +341,24 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 	}, retryable)
 }
 
-// send makes one attempt at a request whose body (if any) is read from
-// its start, and returns the server's 200 answer for the caller to read
-// and close, or the error of any other.
-func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.ReadSeeker, contentType, key string) (*http.Response, error) {
+// send makes one attempt at a request with body (if any), and returns the
+// server's 200 answer for the caller to read and close, or the error of
+// any other.
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body *io.SectionReader, contentType, key string) (*http.Response, error) {
 	return c.sendWith(ctx, c.http, method, path, q, body, contentType, key)
 }
 
-func (c *Client) sendWith(ctx context.Context, client *http.Client, method, path string, q url.Values, body io.ReadSeeker, contentType, key string) (*http.Response, error) {
+func (c *Client) sendWith(ctx context.Context, client *http.Client, method, path string, q url.Values, body *io.SectionReader, contentType, key string) (*http.Response, error) {
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
 	var rd io.Reader
 	var size int64
 	if body != nil {
-		var err error
-		if size, err = body.Seek(0, io.SeekEnd); err == nil {
-			_, err = body.Seek(0, io.SeekStart)
-		}
-		if err != nil {
-			return nil, &bodyError{err}
-		}
-		rd = &bodyReader{r: body} // not a Closer: the body is the caller's
+		// Each attempt reads a reader of its own: the transport may
+		// still be reading an earlier attempt's body after it failed.
+		size = body.Size()
+		rd = &bodyReader{r: io.NewSectionReader(body, 0, size)} // not a Closer: the body is the caller's
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
