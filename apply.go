@@ -804,7 +804,7 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 	}
 	// A sync server's state, with what its writes had seen.
 	if c.clock != nil && c.seen != nil && st.node.Exists() {
-		if entries := parseStateSeen(c.seen); entries != nil {
+		if entries := merge.ParseStateSeen(c.seen); entries != nil {
 			cands := s.stateOverwrites(st.node, entries)
 			if err := s.mergeChange(ctx, st, c, device); err != nil {
 				return nil, nil, err

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -126,26 +125,15 @@ func seenList(n *merge.Node, patch jsonv.Value) []byte {
 }
 
 // parseSeen reads a write's "seen" list into stamps by path (see
-// pathKey). A list that cannot be read gives nil: nothing is logged for
-// that write.
+// merge.PathKey). A list that cannot be read gives nil: nothing is
+// logged for that write.
 func parseSeen(raw []byte) map[string]merge.Stamp {
-	var entries [][]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &entries) != nil {
+	seen, err := merge.ParseSeenList(raw)
+	if err != nil {
 		return nil
 	}
-	out := make(map[string]merge.Stamp, len(entries))
-	for _, e := range entries {
-		var path []string
-		var s merge.Stamp
-		if len(e) != 3 || json.Unmarshal(e[0], &path) != nil || json.Unmarshal(e[1], &s.Version) != nil || json.Unmarshal(e[2], &s.Device) != nil {
-			return nil
-		}
-		out[pathKey(path)] = s
-	}
-	return out
+	return seen
 }
-
-func pathKey(path []string) string { return strings.Join(path, "\x00") }
 
 // overwritten is a value a received write may overwrite.
 type overwritten struct {
@@ -172,7 +160,7 @@ func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, a
 				walk(c, m.Value, p)
 				continue
 			}
-			if c.Stamp.Device == at.Device || !seen[pathKey(p)].Less(c.Stamp) {
+			if c.Stamp.Device == at.Device || !seen[merge.PathKey(p)].Less(c.Stamp) {
 				continue // its writer's own value, or one it had seen
 			}
 			v := jsonv.Value{Leaf: c.Leaf}
@@ -186,48 +174,21 @@ func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, a
 	return out
 }
 
-// stateSeen is an entry of a server record's "seen" list: the write
-// stamped writer set path, over a value stamped seen (zero: none).
-type stateSeen struct {
-	path         []string
-	seen, writer merge.Stamp
-}
-
-// parseStateSeen reads a server record's "seen" list; one that cannot be
-// read gives nil: nothing is logged for that record.
-func parseStateSeen(raw []byte) []stateSeen {
-	var entries [][]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &entries) != nil {
-		return nil
-	}
-	out := make([]stateSeen, 0, len(entries))
-	for _, e := range entries {
-		var x stateSeen
-		if len(e) != 5 || json.Unmarshal(e[0], &x.path) != nil || len(x.path) == 0 ||
-			json.Unmarshal(e[1], &x.seen.Version) != nil || json.Unmarshal(e[2], &x.seen.Device) != nil ||
-			json.Unmarshal(e[3], &x.writer.Version) != nil || json.Unmarshal(e[4], &x.writer.Device) != nil {
-			return nil
-		}
-		out = append(out, x)
-	}
-	return out
-}
-
 // stateOverwrites returns the values of state n, a record shown on this
 // device, at the paths the writes listed in entries set, that those
 // writes had not seen: the candidates for the conflict log, before the
 // server's state is merged. Each comes with its writer's stamp.
-func (s *syncRun) stateOverwrites(n *merge.Node, entries []stateSeen) []overwritten {
+func (s *syncRun) stateOverwrites(n *merge.Node, entries []merge.SeenEntry) []overwritten {
 	var out []overwritten
 	for _, e := range entries {
-		if e.writer.Device == s.e.deviceID {
+		if e.Writer.Device == s.e.deviceID {
 			continue // this device's own write, back from the server
 		}
-		v, at, held := valueAt(n, e.path)
-		if !held || at.Device == e.writer.Device || at == e.writer || !e.seen.Less(at) {
+		v, at, held := valueAt(n, e.Path)
+		if !held || at.Device == e.Writer.Device || at == e.Writer || !e.Seen.Less(at) {
 			continue // nothing to lose, its writer's own value, or one it had seen
 		}
-		out = append(out, overwritten{path: e.path, value: v, stamp: at, by: e.writer})
+		out = append(out, overwritten{path: e.Path, value: v, stamp: at, by: e.Writer})
 	}
 	return out
 }

@@ -313,6 +313,9 @@ func (s *syncRun) verifyKey(ctx context.Context, m marker, enc *markerEncryption
 // if there is one, nil if the file is only broken (its header altered).
 func (s *syncRun) foreignKey(ctx context.Context, file string) error {
 	e := s.e
+	if !e.keys.first {
+		return &Error{Op: "sync", File: file, Err: fmt.Errorf("%w: this file is encrypted with a key this device does not have, and this device never had the key the store was created with (its marker's key check): it was given only a newer key while files of the first one remain. Nothing was applied or uploaded. Add the store's first key to Config.PreviousKeys; if every file of that key was compacted and this one is damaged or not the store's, delete it from the remote", ErrWrongKey)}
+	}
 	if s.keyFiles == nil {
 		// Listed once per run, however many files need it.
 		files, err := e.cfg.Remote.List(ctx, time.Time{})
@@ -325,9 +328,6 @@ func (s *syncRun) foreignKey(ctx context.Context, file string) error {
 				s.keyFiles = append(s.keyFiles, f)
 			}
 		}
-	}
-	if !e.keys.first {
-		return &Error{Op: "sync", File: file, Err: fmt.Errorf("%w: this file is encrypted with a key this device does not have, and this device never had the key the store was created with (its marker's key check): it was given only a newer key while files of the first one remain. Nothing was applied or uploaded. Add the store's first key to Config.PreviousKeys; if every file of that key was compacted and this one is damaged or not the store's, delete it from the remote", ErrWrongKey)}
 	}
 	files := s.keyFiles
 	fps := e.keys.fingerprints()

@@ -265,7 +265,7 @@ func (s *syncRun) bindServer(ctx context.Context, store string) error {
 // serverErr wraps a Server's error: a changed store as it is, anything
 // else as a remote failure, unless the context ended.
 func serverErr(op string, err error) error {
-	if errors.Is(err, ErrRemoteChanged) || errors.Is(err, ErrAuth) || errors.Is(err, ErrQuota) || errors.Is(err, ErrDeviceIDShared) || errors.Is(err, ErrWrongKey) {
+	if errors.Is(err, ErrRemoteChanged) || errors.Is(err, ErrAuth) || errors.Is(err, ErrQuota) || errors.Is(err, ErrDeviceIDShared) {
 		return &Error{Op: op, Err: err}
 	}
 	return remoteErr(op, "", err)

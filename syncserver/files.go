@@ -286,13 +286,7 @@ func (s *Store) deleteFile(ctx context.Context, id, name string) (bool, error) {
 // upload that resumes after that finds chunks gone, and is refused (see
 // putFile).
 func (s *Store) sweepChunks(ctx context.Context, now int64) {
-	s.mu.Lock()
-	due := time.Since(s.chunks) > time.Hour
-	if due {
-		s.chunks = time.Now()
-	}
-	s.mu.Unlock()
-	if due {
+	if s.due(&s.chunks, time.Hour) {
 		s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_chunks WHERE upload_id IN (
 			SELECT c.upload_id FROM sync_server_chunks c GROUP BY c.upload_id HAVING max(c.created_us) < $1)
 			AND NOT EXISTS (SELECT 1 FROM sync_server_files f WHERE f.upload_id = sync_server_chunks.upload_id)`), now-abandonedAfter.Microseconds())

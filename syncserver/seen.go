@@ -1,9 +1,7 @@
 package syncserver
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
 	"github.com/drivesync/drivesync/internal/merge"
@@ -29,83 +27,14 @@ import (
 // record keeps none.
 const maxSeenBytes = 64 << 10
 
-type seenEntry struct {
-	path   []string
-	seen   merge.Stamp // zero: the writer held nothing there
-	writer merge.Stamp
-}
-
 // parseSeenList reads an engine write's "seen" member into stamps by
-// path.
+// path (see merge.PathKey).
 func parseSeenList(v jsonv.Value) (map[string]merge.Stamp, error) {
 	raw := jsonv.Encode(v)
 	if len(raw) > maxSeenBytes {
 		return nil, fmt.Errorf("over %d bytes", maxSeenBytes)
 	}
-	var entries [][]json.RawMessage
-	if err := json.Unmarshal(raw, &entries); err != nil {
-		return nil, fmt.Errorf("must be a list of [[path], version, device]")
-	}
-	out := make(map[string]merge.Stamp, len(entries))
-	for _, e := range entries {
-		var path []string
-		var s merge.Stamp
-		if len(e) != 3 || json.Unmarshal(e[0], &path) != nil || len(path) == 0 ||
-			json.Unmarshal(e[1], &s.Version) != nil || json.Unmarshal(e[2], &s.Device) != nil || s.Version < 1 || s.Device == "" {
-			return nil, fmt.Errorf("must be a list of [[path], version, device]")
-		}
-		out[pathKey(path)] = s
-	}
-	return out, nil
-}
-
-func pathKey(path []string) string { return strings.Join(path, "\x00") }
-
-// decodeSeen reads a record's stored entries; what cannot be read is
-// none.
-func decodeSeen(s string) []seenEntry {
-	var raw [][]json.RawMessage
-	if s == "" || json.Unmarshal([]byte(s), &raw) != nil {
-		return nil
-	}
-	out := make([]seenEntry, 0, len(raw))
-	for _, r := range raw {
-		var e seenEntry
-		if len(r) != 5 || json.Unmarshal(r[0], &e.path) != nil || json.Unmarshal(r[1], &e.seen.Version) != nil || json.Unmarshal(r[2], &e.seen.Device) != nil ||
-			json.Unmarshal(r[3], &e.writer.Version) != nil || json.Unmarshal(r[4], &e.writer.Device) != nil {
-			return nil
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-func encodeSeen(es []seenEntry) string {
-	if len(es) == 0 {
-		return ""
-	}
-	b := []byte{'['}
-	for i, e := range es {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, "[["...)
-		for j, k := range e.path {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = jsonv.AppendString(b, k)
-		}
-		b = fmt.Appendf(b, "],%d,", e.seen.Version)
-		b = jsonv.AppendString(b, e.seen.Device)
-		b = fmt.Appendf(b, ",%d,", e.writer.Version)
-		b = jsonv.AppendString(b, e.writer.Device)
-		b = append(b, ']')
-	}
-	if b = append(b, ']'); len(b) > maxSeenBytes {
-		return ""
-	}
-	return string(b)
+	return merge.ParseSeenList(raw)
 }
 
 // stampAt returns the stamp of n's node at path, and whether it has one.
@@ -121,9 +50,10 @@ func stampAt(n *merge.Node, path []string) (merge.Stamp, bool) {
 // updateSeen returns a record's entries after a write merged into its
 // state n: the stored ones whose paths still hold their writers' values,
 // and, for an engine's write w with a seen list, one for each path of its
-// patch that holds its value now (which replaces a stored one).
+// patch that holds its value now (which replaces a stored one). Past
+// maxSeenBytes the record keeps none.
 func updateSeen(stored string, n *merge.Node, w *merge.Write, seen map[string]merge.Stamp) string {
-	var out []seenEntry
+	var out []merge.SeenEntry
 	mine := map[string]bool{}
 	if w != nil && seen != nil && !w.Deleted {
 		var walk func(patch jsonv.Value, path []string)
@@ -131,8 +61,8 @@ func updateSeen(stored string, n *merge.Node, w *merge.Write, seen map[string]me
 			for _, m := range patch.Members {
 				p := append(path[:len(path):len(path)], m.Key)
 				if at, ok := stampAt(n, p); ok && at == w.At {
-					out = append(out, seenEntry{path: p, seen: seen[pathKey(p)], writer: w.At})
-					mine[pathKey(p)] = true
+					out = append(out, merge.SeenEntry{Path: p, Seen: seen[merge.PathKey(p)], Writer: w.At})
+					mine[merge.PathKey(p)] = true
 				}
 				if m.Value.IsObject() {
 					walk(m.Value, p)
@@ -141,10 +71,16 @@ func updateSeen(stored string, n *merge.Node, w *merge.Write, seen map[string]me
 		}
 		walk(w.Patch, nil)
 	}
-	for _, e := range decodeSeen(stored) {
-		if at, ok := stampAt(n, e.path); ok && at == e.writer && !mine[pathKey(e.path)] {
+	for _, e := range merge.ParseStateSeen([]byte(stored)) {
+		if at, ok := stampAt(n, e.Path); ok && at == e.Writer && !mine[merge.PathKey(e.Path)] {
 			out = append(out, e)
 		}
 	}
-	return encodeSeen(out)
+	if len(out) == 0 {
+		return ""
+	}
+	if b := merge.AppendStateSeen(nil, out); len(b) <= maxSeenBytes {
+		return string(b)
+	}
+	return ""
 }

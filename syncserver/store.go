@@ -348,16 +348,22 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
+// due reports whether a sweep last run at *last is due again after
+// every, and if so marks it run now.
+func (s *Store) due(last *time.Time, every time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(*last) <= every {
+		return false
+	}
+	*last = time.Now()
+	return true
+}
+
 // sweepKeys deletes the idempotency keys that expired before notBefore,
 // at most once a minute per process.
 func (s *Store) sweepKeys(ctx context.Context, notBefore int64) {
-	s.mu.Lock()
-	due := time.Since(s.swept) > time.Minute
-	if due {
-		s.swept = time.Now()
-	}
-	s.mu.Unlock()
-	if due {
+	if s.due(&s.swept, time.Minute) {
 		s.db.ExecContext(ctx, s.q(`DELETE FROM sync_server_keys WHERE created_us < $1`), notBefore)
 	}
 }
