@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/md5"
@@ -93,6 +94,20 @@ type DriveRemote struct {
 	ids     map[string][]string // file name -> ids, from the listings since the last full one
 	date    remoteclock.Clock   // Drive's time, from the Date headers of its responses
 	account string              // the signed-in user's permission id, once about.get told it
+	marker  markerCache
+}
+
+// markerCache keeps the store's marker, which the engine reads every sync
+// and which is never rewritten (a new store is a new file), so that an
+// idle sync costs one request, its listing. The copy is served only while
+// the latest listing shows the same file (id) with the same content
+// (md5Checksum): a marker deleted, replaced or edited is read again, and
+// one the listing no longer shows is looked up as any other file.
+type markerCache struct {
+	listed map[string]string // id -> md5Checksum of the root's markers in the latest listing
+	id     string            // the file kept, and its checksum
+	sum    string
+	data   []byte
 }
 
 var _ IdentifiedRemote = (*DriveRemote)(nil)
@@ -206,7 +221,7 @@ func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, 
 	// its ids must be as fresh as the listing.
 	q := fmt.Sprintf("trashed = false and mimeType != '%s' and (createdTime >= '%s' or name = %s)",
 		folderMime, since.UTC().Format(time.RFC3339), quoteQ(markerName))
-	files, err := r.query(ctx, q, "files(id, name, parents, size)")
+	files, err := r.query(ctx, q, "files(id, name, parents, size, md5Checksum)")
 	if err != nil {
 		return nil, driveErr("list", "", err)
 	}
@@ -216,6 +231,7 @@ func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, 
 	}
 	r.mu.Lock()
 	maps.Copy(r.ids, ids) // this listing's ids replace older ones
+	r.listedMarkers(files, ids[markerName])
 	r.mu.Unlock()
 	return out, nil
 }
@@ -235,7 +251,7 @@ func (r *DriveRemote) List(ctx context.Context, since time.Time) ([]RemoteFile, 
 // empties are removed at the next month's; at most about a month of empty
 // folders, plus the last week's, is ever left.
 func (r *DriveRemote) listAll(ctx context.Context) ([]RemoteFile, error) {
-	all, err := r.query(ctx, "trashed = false", "files(id, name, mimeType, parents, size)")
+	all, err := r.query(ctx, "trashed = false", "files(id, name, mimeType, parents, size, md5Checksum)")
 	if err != nil {
 		return nil, driveErr("list", "", err)
 	}
@@ -257,6 +273,7 @@ func (r *DriveRemote) listAll(ctx context.Context) ([]RemoteFile, error) {
 	}
 	r.mu.Lock()
 	r.ids = ids
+	r.listedMarkers(files, ids[markerName])
 	r.mu.Unlock()
 	if haveClock { // the query's Date header gave it; without a clock, no folder is old
 		if err := r.removeOldFolders(ctx, all, folders, now); err != nil {
@@ -296,17 +313,73 @@ func (r *DriveRemote) nameFiles(ctx context.Context, files []*drive.File, reload
 	return out, ids, nil
 }
 
-// Open downloads the named file (alt=media).
+// listedMarkers records the checksums of the markers a listing showed
+// (ids: the root's files of that name), forgetting those of earlier
+// listings. r.mu is held.
+func (r *DriveRemote) listedMarkers(files []*drive.File, ids []string) {
+	r.marker.listed = map[string]string{}
+	for _, f := range files {
+		if slices.Contains(ids, f.Id) {
+			r.marker.listed[f.Id] = f.Md5Checksum
+		}
+	}
+}
+
+// keptMarker returns the kept marker if it is the file id and the latest
+// listing showed that file with the same checksum.
+func (r *DriveRemote) keptMarker(id string) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := &r.marker
+	if sum := m.listed[id]; sum == "" || m.id != id || m.sum != sum {
+		return nil, false
+	}
+	return m.data, true
+}
+
+// keepMarker reads the marker file id from body and keeps it if its
+// content matches the checksum the latest listing showed. A body over
+// maxMarker is returned as it is (the engine refuses it).
+func (r *DriveRemote) keepMarker(id string, body io.ReadCloser) (io.ReadCloser, error) {
+	data, err := io.ReadAll(io.LimitReader(body, maxMarker+1))
+	if err != nil {
+		body.Close()
+		return nil, err
+	}
+	if len(data) > maxMarker {
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(data), body), body}, nil
+	}
+	body.Close()
+	sum := md5.Sum(data)
+	r.mu.Lock()
+	if listed := r.marker.listed[id]; listed != "" && listed == hex.EncodeToString(sum[:]) {
+		r.marker.id, r.marker.sum, r.marker.data = id, listed, data
+	}
+	r.mu.Unlock()
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
+// Open downloads the named file (alt=media). The marker is served from
+// memory while the listings show it unchanged (see markerCache).
 func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	ids, err := r.lookup(ctx, name)
 	if err != nil {
 		return nil, driveErr("open", name, err)
 	}
+	// Drive allows two files of one name (two devices creating the
+	// marker at once): every device reads the same one.
+	id := slices.Min(ids)
+	if name == markerName {
+		if data, ok := r.keptMarker(id); ok {
+			return io.NopCloser(bytes.NewReader(data)), nil
+		}
+	}
 	var resp *http.Response
 	err = r.call(ctx, func() (err error) {
-		// Drive allows two files of one name (two devices creating the
-		// marker at once): every device reads the same one.
-		resp, err = r.svc.Files.Get(slices.Min(ids)).Context(ctx).Download()
+		resp, err = r.svc.Files.Get(id).Context(ctx).Download()
 		return err
 	})
 	var ge *googleapi.Error
@@ -319,6 +392,13 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 		return nil, driveErr("open", name, err)
 	}
 	r.date.Note(resp.Header)
+	if name == markerName {
+		rc, err := r.keepMarker(id, resp.Body)
+		if err != nil {
+			return nil, driveErr("open", name, err)
+		}
+		return rc, nil
+	}
 	return resp.Body, nil
 }
 
@@ -508,6 +588,9 @@ func (r *DriveRemote) Delete(ctx context.Context, name string) error {
 	}
 	r.mu.Lock()
 	delete(r.ids, name)
+	if name == markerName {
+		r.marker = markerCache{}
+	}
 	r.mu.Unlock()
 	return nil
 }
