@@ -97,7 +97,11 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
 			}
-			c, skip := s.planRecord(t, r, resets[recordKey{t.name, r.id}])
+			c, skip, err := s.planRecord(ctx, t, r, resets[recordKey{t.name, r.id}])
+			if err != nil {
+				rows.Close()
+				return nil, &Error{Op: "read pending", Table: t.name, Record: r.id, Err: err}
+			}
 			if skip {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
 				continue
@@ -163,7 +167,9 @@ ORDER BY p.record_id`
 	contentOK := "json_valid(c.content, 6)"
 	canonical := "typeof(c.content) = 'text'"
 	if t.jsonb {
-		canonical = "typeof(c.content) = 'blob' AND json_valid(c.content, 8) AND c.content = jsonb(json(c.content))"
+		// Its bytes are compared by planRecord, for rows whose text is
+		// canonical (see sameSQL).
+		canonical = "typeof(c.content) = 'blob'"
 	}
 	for _, col := range t.columns {
 		canonical += fmt.Sprintf(" AND c.%s IS %s", quoteIdent(col), projection("c.content", col))
@@ -379,12 +385,12 @@ AND NOT EXISTS (SELECT 1 FROM sync_states WHERE table_name = ?1 AND record_id = 
 // (and the record reported) when its content cannot be synced. A nonzero
 // reset is the reset of its replacing write that this sync's downloads
 // decide (see resets).
-func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c fileChange, skip bool) {
+func (s *syncRun) planRecord(ctx context.Context, t *tableInfo, p pendingRow, reset merge.Stamp) (c fileChange, skip bool, err error) {
 	id, rowExists, content, rowCanonical, synced, syncedDeleted := p.id, p.rowExists, p.content, p.rowCanonical, p.synced, p.syncedDeleted
 	c = fileChange{table: t.name, record: id}
 	if p.keyErr != nil {
 		s.skipRecord(t.name, id, p.keyErr)
-		return c, true
+		return c, true, nil
 	}
 	if !synced.Valid {
 		c.flags |= planNoState
@@ -395,13 +401,13 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c f
 		v, err := jsonv.ParseObject([]byte(synced.String), jsonv.Options{})
 		if err != nil {
 			s.skipRecord(t.name, id, fmt.Errorf("synced state is corrupt: %w", err))
-			return c, true
+			return c, true, nil
 		}
 		old = &v
 	}
 	if rowExists && !content.Valid {
 		s.skipRecord(t.name, id, errors.New("content is not valid JSON"))
-		return c, true
+		return c, true, nil
 	}
 	switch {
 	case p.noKey:
@@ -424,7 +430,7 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c f
 		cur, err := jsonv.ParseObject([]byte(content.String), jsonv.Options{})
 		if err != nil {
 			s.skipRecord(t.name, id, fmt.Errorf("content is not a JSON object: %w", err))
-			return c, true
+			return c, true, nil
 		}
 		c.base = []byte(content.String)
 		var overruled []string
@@ -462,6 +468,19 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c f
 		enc := jsonv.Encode(cur)
 		if rowCanonical && len(overruled) == 0 && (string(enc) == content.String || t.ordinary && !p.refused) {
 			c.flags |= planRowCanonical
+			if t.jsonb && !t.ordinary {
+				// The text is canonical; JSONB also needs the bytes
+				// the engine writes, which the query does not compare
+				// (rows that fail on text, most rows an app writes,
+				// would pay for it in vain).
+				var same bool
+				if err := s.queryRow(ctx, t.sameSQL, []any{id, content.String}, &same); err != nil {
+					return c, false, err
+				}
+				if !same {
+					c.flags &^= planRowCanonical
+				}
+			}
 		}
 		for _, col := range overruled {
 			// The row is written with the rule's value by this sync.
@@ -517,10 +536,10 @@ func (s *syncRun) planRecord(t *tableInfo, p pendingRow, reset merge.Stamp) (c f
 	if c.flags&planNoop == 0 && !c.deleted {
 		if _, err := ownWrites(c, s.limits.MaxRecordSize); err != nil {
 			s.skipRecord(t.name, id, err)
-			return c, true
+			return c, true, nil
 		}
 	}
-	return c, false
+	return c, false, nil
 }
 
 // ownWrites returns the writes that carry planned change c in a patch

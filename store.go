@@ -195,6 +195,7 @@ type tableInfo struct {
 	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
 	deleteSQL string // ?1 id; an ordinary table's key columns
 	readSQL   string // ?1 id -> content as JSON text, or no row; ordinary: by key
+	sameSQL   string // ?1 id, ?2 canonical content -> whether the row's JSONB is the engine's encoding of it
 
 	mu      sync.Mutex
 	upserts map[string]string // an ordinary table's upserts, by the columns they write
@@ -496,6 +497,7 @@ func (ti *tableInfo) buildSQL() {
 	ti.updateSQL = fmt.Sprintf("UPDATE %s SET %s WHERE id = ?1", tbl, strings.Join(assign, ", "))
 	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
 	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
+	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1", tbl)
 }
 
 // querier is what *sql.DB, *sql.Conn and *sql.Tx have in common.
