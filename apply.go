@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -157,10 +158,36 @@ func (s *applier) apply(ctx context.Context) error {
 	return err
 }
 
+// freshWrite reports whether c, a write of a record that has no state
+// yet, gives the record exactly its patch (see merge.FreshClock): a plain
+// write, neither a delete nor a replacing one, that removes nothing. A
+// patch is canonical JSON, where a null member shows as :null (a string
+// holding those bytes only costs the long way).
+func freshWrite(c fileChange) bool {
+	return c.clock == nil && !c.deleted && c.flags&(changeHard|changeReplaces) == 0 && c.reset.IsZero() &&
+		!bytes.Contains(c.patch, []byte(":null"))
+}
+
 // applyOwn merges one of this device's planned changes and settles the
 // app's row and pending mark.
 func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 	t := s.e.tables[c.table]
+	if c.flags&(planNoState|planNoop) == planNoState && !s.dirty && freshWrite(c) && int64(len(c.patch)) <= s.limits.MaxRecordSize {
+		// A new record sent in one write: its state is its patch (see
+		// createState), which is also what its row shows.
+		st, err := s.createState(ctx, c, s.e.deviceID)
+		switch {
+		case err != nil:
+			return err
+		case st == nil:
+			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: errors.New("internal error: a record planned without a state has one")}
+		case c.flags&planRowCanonical != 0:
+			return nil
+		case c.base == nil:
+			return s.rowResult(t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
+		}
+		return s.rowResult(t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
+	}
 	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {
 		// Only this engine writes sync_states, so a record it had no
@@ -819,11 +846,18 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 // yet, and returns it; it returns nil if the record already has a state.
 // A received record is usually new, so trying the insert first saves a
 // lookup. A state file's record is stored as it came (validated and
-// canonical), with a nil node.
+// canonical), with a nil node, and so is a fresh write's (see freshWrite).
 func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
 	var n *merge.Node
 	data, clock, at, gone := string(c.patch), string(c.clock), merge.Stamp{Version: c.version, Device: c.device}, c.deleted
-	if c.clock == nil {
+	switch {
+	case freshWrite(c):
+		// The record is its patch, every path at the write's stamp: a
+		// nil node, like a state file's record, has the row written
+		// with the patch.
+		at = merge.Stamp{Version: c.version, Device: device}
+		clock = merge.FreshClock(at)
+	case c.clock == nil:
 		n = &merge.Node{}
 		if err := applyChange(n, c, device); err != nil {
 			return nil, err

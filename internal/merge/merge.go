@@ -579,6 +579,16 @@ func (n *Node) WriteAt(path []string, v jsonv.Value, t Stamp) {
 	n.ApplyPatch(v, t)
 }
 
+// FreshClock returns the clock EncodeState gives a record that had no
+// state after one write stamped at, neither a delete nor a replacing
+// write, of a patch that is an object with no null member at any depth
+// (one that removes nothing). Its content is that patch, canonically
+// encoded. Every path of such a record carries the write's stamp, which
+// the clock leaves implicit: the record's tree need not be built.
+func FreshClock(at Stamp) string {
+	return string(EncodeClock(&Node{Kind: ObjectNode, Stamp: at}))
+}
+
 // EncodeState returns what sync_states stores for a record: its content,
 // shown or hidden under a tombstone, and its clock.
 func EncodeState(n *Node) (data, clock string) {
