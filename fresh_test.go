@@ -62,6 +62,9 @@ func TestFreshWriteState(t *testing.T) {
 		}
 		fresh++
 		at := merge.Stamp{Version: c.version, Device: "dev-a"}
+		if want := string(merge.EncodeClock(&merge.Node{Kind: merge.ObjectNode, Stamp: at})); merge.FreshClock(at) != want {
+			t.Fatalf("FreshClock %s, EncodeClock %s", merge.FreshClock(at), want)
+		}
 		if string(c.patch) != data || merge.FreshClock(at) != clock || string(jsonv.Encode(n.Value())) != data || n.Newest() != at || !n.Exists() {
 			t.Fatalf("patch %s: merged state %s %s (newest %v), fresh %s %s", c.patch, data, clock, n.Newest(), c.patch, merge.FreshClock(at))
 		}

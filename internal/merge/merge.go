@@ -586,7 +586,14 @@ func (n *Node) WriteAt(path []string, v jsonv.Value, t Stamp) {
 // encoded. Every path of such a record carries the write's stamp, which
 // the clock leaves implicit: the record's tree need not be built.
 func FreshClock(at Stamp) string {
-	return string(EncodeClock(&Node{Kind: ObjectNode, Stamp: at}))
+	// EncodeClock of an object node at the stamp, with no kids: its one
+	// device, and the root's stamp.
+	b := make([]byte, 0, 32+len(at.Device))
+	b = append(b, `{"d":[`...)
+	b = jsonv.AppendString(b, at.Device)
+	b = append(b, `],"n":[`...)
+	b = strconv.AppendInt(b, at.Version, 10)
+	return string(append(b, `,0,{}]}`...))
 }
 
 // EncodeState returns what sync_states stores for a record: its content,
