@@ -73,3 +73,60 @@ func TestFreshWriteState(t *testing.T) {
 		t.Fatalf("%d fresh writes and %d the long way: the generator must make both", fresh, long)
 	}
 }
+
+// TestFreshStateEntry: a snapshot's record whose clock is in FreshClock's
+// form is validated and stored without building its tree, exactly as the
+// long way (DecodeState, CheckRecordClock, EncodeState) would, errors
+// included: random contents with nulls and empty objects, stamps in and
+// out of range, device ids valid and not, and clocks that are almost in
+// that form.
+func TestFreshStateEntry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	contents := []string{`{}`, `{"a":1}`, `{"a":null,"b":{"c":null}}`, `{"z":{},"a":[null]}`, `{"b":"x:null","a":{"b":{"c":true}}}`, `{"é":"\u00e9"}`}
+	devices := []string{"dev-a", "dev-é", `de"v`, "", "dev a", strings.Repeat("d", 200)}
+	versions := []int64{1, 7, merge.MaxVersion, 0, -1, merge.MaxVersion + 1}
+	fast := 0
+	for i := range 3000 {
+		content := contents[rng.IntN(len(contents))]
+		at := merge.Stamp{Version: versions[rng.IntN(len(versions))], Device: devices[rng.IntN(len(devices))]}
+		clock := merge.FreshClock(at)
+		switch rng.IntN(6) {
+		case 0:
+			clock = strings.Replace(clock, `"n":[`, `"n": [`, 1)
+		case 1:
+			clock = strings.Replace(clock, `,0,{}]}`, `,0,{},1,2]}`, 1)
+		case 2:
+			clock = strings.Replace(clock, `,0,{}]}`, `,0,{"a":[1,0]}]}`, 1)
+		}
+		e := stateEntry{Table: "notes", Record: fmt.Sprint("r", i), State: []byte(content), Clock: []byte(clock), Deleted: rng.IntN(8) == 0}
+		got, gotErr := validateStateEntry(e, 1<<20, map[string]bool{})
+
+		// The long way.
+		var want fileChange
+		p, err := jsonv.ParseObject(e.State, jsonv.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, wantErr := merge.DecodeState(p, e.Clock, e.Deleted)
+		if wantErr == nil {
+			wantErr = merge.CheckRecordClock(n, map[string]bool{})
+		}
+		if wantErr == nil {
+			data, clock := merge.EncodeState(n)
+			want = fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
+				deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device}
+		}
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("state %s clock %s deleted %v: error %v, the long way %v", e.State, e.Clock, e.Deleted, gotErr, wantErr)
+		}
+		if gotErr == nil && fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Fatalf("state %s clock %s deleted %v:\n got %+v\nwant %+v", e.State, e.Clock, e.Deleted, got, want)
+		}
+		if _, ok := merge.ParseFreshClock(e.Clock); ok && !e.Deleted {
+			fast++
+		}
+	}
+	if fast < 500 {
+		t.Fatalf("only %d entries took the short way", fast)
+	}
+}

@@ -325,6 +325,16 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	if err != nil {
 		return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
 	}
+	if at, ok := merge.ParseFreshClock(e.Clock); ok && !e.Deleted {
+		// A record one write made, every path at its root's stamp: the
+		// state DecodeState would build and EncodeState write back, with
+		// no tree (see merge.FreshClock).
+		if err := merge.CheckStamp(at, devices); err != nil {
+			return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
+		}
+		return fileChange{table: e.Table, record: e.Record, patch: jsonv.Encode(content), clock: []byte(merge.FreshClock(at)),
+			version: at.Version, device: at.Device}, nil
+	}
 	n, err := merge.DecodeState(content, e.Clock, e.Deleted)
 	if err == nil {
 		err = merge.CheckRecordClock(n, devices)

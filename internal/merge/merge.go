@@ -5,6 +5,7 @@ package merge
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -594,6 +595,35 @@ func FreshClock(at Stamp) string {
 	b = append(b, `],"n":[`...)
 	b = strconv.AppendInt(b, at.Version, 10)
 	return string(append(b, `,0,{}]}`...))
+}
+
+// ParseFreshClock returns the stamp of a clock in FreshClock's form, byte
+// for byte, and false for any other clock.
+func ParseFreshClock(clock []byte) (Stamp, bool) {
+	rest, ok := bytes.CutPrefix(clock, []byte(`{"d":[`))
+	if !ok {
+		return Stamp{}, false
+	}
+	rest, ok = bytes.CutSuffix(rest, []byte(`,0,{}]}`))
+	if !ok {
+		return Stamp{}, false
+	}
+	i := bytes.LastIndex(rest, []byte(`],"n":[`))
+	if i < 0 {
+		return Stamp{}, false
+	}
+	var at Stamp
+	if err := json.Unmarshal(rest[:i], &at.Device); err != nil {
+		return Stamp{}, false
+	}
+	var err error
+	if at.Version, err = strconv.ParseInt(string(rest[i+len(`],"n":[`):]), 10, 64); err != nil {
+		return Stamp{}, false
+	}
+	if FreshClock(at) != string(clock) {
+		return Stamp{}, false // not in the form FreshClock writes
+	}
+	return at, true
 }
 
 // EncodeState returns what sync_states stores for a record: its content,

@@ -114,6 +114,11 @@ func CheckRecordClock(n *Node, devices map[string]bool) error {
 	return checkClock(n, Stamp{Version: MaxVersion + 1}, devices)
 }
 
+// CheckStamp checks a stamp of a record's clock as CheckRecordClock does:
+// its version in range and its device a valid id (devices caches the
+// ids found valid).
+func CheckStamp(s Stamp, devices map[string]bool) error { return checkStamp(s, devices) }
+
 func checkStamp(s Stamp, devices map[string]bool) error {
 	if s.Version < 1 || s.Version > MaxVersion {
 		return fmt.Errorf("%w: version %d out of range", ErrBadClock, s.Version)
