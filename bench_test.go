@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,6 +196,34 @@ func insertPlain(b *testing.B, db *sql.DB, table string, n int) time.Duration {
 	}
 	for i := range n {
 		if _, err := st.Exec(uuid.NewString(), benchContent(i), fmt.Sprint("note ", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st.Close()
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// insertSorted inserts n rows as insertPlain does, in key order.
+func insertSorted(b *testing.B, db *sql.DB, table string, n int) time.Duration {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = uuid.NewString()
+	}
+	slices.Sort(ids)
+	start := time.Now()
+	tx, err := db.Begin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := tx.Prepare(`INSERT INTO ` + table + ` (id, content, title) VALUES (?, jsonb(?), ?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, id := range ids {
+		if _, err := st.Exec(id, benchContent(i), fmt.Sprint("note ", i)); err != nil {
 			b.Fatal(err)
 		}
 	}

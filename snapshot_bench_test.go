@@ -77,7 +77,9 @@ func snapshotSource(b *testing.B, n int, key ...Key) (remote Remote, snapshot st
 // BenchmarkSnapshotBootstrap times the first Sync of a new, empty device
 // from a remote holding a snapshot of n records, against plainly
 // inserting n rows in one transaction into an identical table of a fresh
-// database, and samples the peak heap during the sync.
+// database (x_plain: random ids, as an app inserts; x_key_order: the same
+// number of rows in key order, as a snapshot holds them), and samples the
+// peak heap during the sync.
 //
 // The encrypted cases do the same on an encrypted store (an X25519 key:
 // a passphrase adds one scrypt per engine).
@@ -108,12 +110,13 @@ func benchKeys() []benchKey {
 
 func benchBootstrap(b *testing.B, n int, key ...Key) {
 	remote, snapshot := snapshotSource(b, n, key...)
-	var syncT, plainT time.Duration
+	var syncT, plainT, sortedT time.Duration
 	var peak uint64
 	for b.Loop() {
 		b.StopTimer()
 		db, eng := openBenchDB(b, remote, key...)
 		plainT += insertPlain(b, openPlainDB(b), "plain", n)
+		sortedT += insertSorted(b, openPlainDB(b), "plain", n)
 		runtime.GC()
 		b.StartTimer()
 		stop := heapPeak()
@@ -135,6 +138,7 @@ func benchBootstrap(b *testing.B, n int, key ...Key) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(syncT)/float64(plainT), "x_plain")
+	b.ReportMetric(float64(syncT)/float64(sortedT), "x_key_order")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 	b.ReportMetric(plainT.Seconds()/float64(b.N), "plain-s/op")
 }
