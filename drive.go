@@ -413,17 +413,6 @@ func (r *DriveRemote) Open(ctx context.Context, name string) (io.ReadCloser, err
 // deleted. Either way Create forgets the folder, finds or makes it again,
 // and tries again, so that the file ends up where listings see it.
 func (r *DriveRemote) Create(ctx context.Context, name string, content io.Reader) error {
-	return r.create(ctx, name, content, false)
-}
-
-// createFree is Create for a name the engine saw free in the listing it
-// just made: the first try skips asking Drive for the name, which saves
-// a request on every sync that uploads.
-func (r *DriveRemote) createFree(ctx context.Context, name string, content io.Reader) error {
-	return r.create(ctx, name, content, true)
-}
-
-func (r *DriveRemote) create(ctx context.Context, name string, content io.Reader, free bool) error {
 	if err := checkRemoteName(name); err != nil {
 		return fmt.Errorf("drive remote: create: %w", err)
 	}
@@ -434,7 +423,7 @@ func (r *DriveRemote) create(ctx context.Context, name string, content io.Reader
 	dir = strings.TrimSuffix(dir, "/")
 	body := &rereader{r: content}
 	for attempt := 1; ; attempt++ {
-		err := r.createIn(ctx, dir, base, body, free && attempt == 1)
+		err := r.createIn(ctx, dir, base, body)
 		var gone *folderGone
 		if !errors.As(err, &gone) {
 			return driveErr("create", name, err)
@@ -455,9 +444,8 @@ func (e *folderGone) Error() string {
 	return "its folder was deleted or trashed on Drive: " + e.err.Error()
 }
 
-// createIn uploads one file into dir, unless a file of that name is there
-// (not asked when free).
-func (r *DriveRemote) createIn(ctx context.Context, dir, base string, content *rereader, free bool) error {
+// createIn uploads one file into dir, unless a file of that name is there.
+func (r *DriveRemote) createIn(ctx context.Context, dir, base string, content *rereader) error {
 	parent, err := r.ensureDir(ctx, dir)
 	if isNotFound(err) { // a folder above dir is gone
 		return &folderGone{err}
@@ -465,14 +453,12 @@ func (r *DriveRemote) createIn(ctx context.Context, dir, base string, content *r
 	if err != nil {
 		return err
 	}
-	if !free {
-		existing, err := r.query(ctx, fmt.Sprintf("name = %s and '%s' in parents and trashed = false", quoteQ(base), parent), "files(id)")
-		if err != nil {
-			return err
-		}
-		if len(existing) > 0 {
-			return fs.ErrExist
-		}
+	existing, err := r.query(ctx, fmt.Sprintf("name = %s and '%s' in parents and trashed = false", quoteQ(base), parent), "files(id)")
+	if err != nil {
+		return err
+	}
+	if len(existing) > 0 {
+		return fs.ErrExist
 	}
 	var sum hash.Hash
 	var body *countingReader

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/drivesync/drivesync/internal/drivefake"
 	"google.golang.org/api/drive/v3"
@@ -96,31 +95,5 @@ func TestDriveMarkerKept(t *testing.T) {
 	}
 	if _, err := a.eng.Sync(ctx); !errors.Is(err, ErrRemoteChanged) {
 		t.Fatalf("sync after the marker was deleted: %v, want ErrRemoteChanged", err)
-	}
-}
-
-// TestListingFree: an upload skips asking whether its name is taken only
-// when this sync's listing covers the time in the name and does not show
-// that name.
-func TestListingFree(t *testing.T) {
-	cursor := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
-	name := patchFileName(cursor.Add(time.Second), "dev-a")
-	for _, c := range []struct {
-		what string
-		l    listing
-		want bool
-	}{
-		{"an incremental listing that does not show the name", listing{cursor: cursor, since: cursor.Add(-time.Minute)}, true},
-		{"a full listing that does not show the name", listing{cursor: cursor}, true},
-		{"a listing that shows the name", listing{cursor: cursor, since: cursor.Add(-time.Minute), files: []RemoteFile{{Name: name}}}, false},
-		{"a name before the listing's cursor (the clock went back)", listing{cursor: cursor.Add(time.Hour), since: cursor.Add(-time.Minute)}, false},
-		{"a pull from a sync server", listing{cursor: cursor, server: true}, false},
-	} {
-		if got := c.l.free(name); got != c.want {
-			t.Errorf("%s: free = %v, want %v", c.what, got, c.want)
-		}
-	}
-	if (&listing{cursor: cursor}).free("drivesync.json") {
-		t.Error("the marker's name is free to create unasked")
 	}
 }

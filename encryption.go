@@ -417,9 +417,8 @@ func (e *Engine) openFile(ctx context.Context, name string) (io.ReadCloser, erro
 // The content stays seekable, so that a Remote can send it again when a
 // try fails (DriveRemote does): an encrypted file is sealed into a
 // temporary file first. progress says that its bytes are the current
-// step's (see Progress). free says that the name was seen free (see
-// listing.free).
-func (e *Engine) createFile(ctx context.Context, name string, content io.ReadSeeker, progress, free bool) error {
+// step's (see Progress).
+func (e *Engine) createFile(ctx context.Context, name string, content io.ReadSeeker, progress bool) error {
 	if e.cfg.Encryption != nil {
 		if e.keys == nil {
 			return errors.New("drivesync: internal error: a file written before the store's keys were bound")
@@ -443,12 +442,7 @@ func (e *Engine) createFile(ctx context.Context, name string, content io.ReadSee
 		content = f
 	}
 	counted := &uploadReader{r: content, e: e, progress: progress}
-	var err error
-	if fc, ok := e.cfg.Remote.(freeCreator); ok && free {
-		err = fc.createFree(ctx, name, counted)
-	} else {
-		err = e.cfg.Remote.Create(ctx, name, counted)
-	}
+	err := e.cfg.Remote.Create(ctx, name, counted)
 	if err == nil {
 		e.uploaded += counted.n
 	}

@@ -189,7 +189,7 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		err = e.createFile(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name}, false, false)
+		err = e.createFile(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name}, false)
 		if errors.Is(err, fs.ErrExist) {
 			// Published by the earlier sync, or another file of that
 			// name: only the same bytes prove the former.
@@ -331,7 +331,7 @@ func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) 
 // this file: a stamp never names two different writes. The reservation
 // also checks that no other Engine on this database reserved versions
 // since the plan read them.
-func (s *syncRun) publish(ctx context.Context, l *listing, p *plan) error {
+func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	e := s.e
 	if err := p.checkVersions(); err != nil {
 		return err
@@ -356,7 +356,7 @@ func (s *syncRun) publish(ctx context.Context, l *listing, p *plan) error {
 	e.progressTotalBytes(total)
 	for i, up := range p.uploads {
 		e.progress("upload", i, len(p.uploads))
-		if err := s.uploadOne(ctx, l, up); err != nil {
+		if err := s.uploadOne(ctx, up); err != nil {
 			return err
 		}
 		s.report.Uploaded = up.name
@@ -416,12 +416,12 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 }
 
 // uploadOne uploads one planned file, stored in the outbox.
-func (s *syncRun) uploadOne(ctx context.Context, l *listing, up *upload) error {
+func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 	for attempt := 0; ; attempt++ {
 		if _, err := up.f.Seek(0, io.SeekStart); err != nil {
 			return &Error{Op: "upload", File: up.name, Err: err}
 		}
-		err := s.e.createFile(ctx, up.name, up.f, true, attempt == 0 && l.free(up.name))
+		err := s.e.createFile(ctx, up.name, up.f, true)
 		if err == nil {
 			return nil
 		}

@@ -61,14 +61,6 @@ type Remote interface {
 	Now(ctx context.Context) (time.Time, error)
 }
 
-// A freeCreator is a Remote whose Create asks whether the name is taken
-// before it creates the file (Drive allows two files of one name).
-// createFree is Create for a name the engine has just seen free in a
-// listing (see listing.free): its first try need not ask.
-type freeCreator interface {
-	createFree(ctx context.Context, name string, content io.Reader) error
-}
-
 // unreadableFile reports whether err, from Remote.Open, means that this one
 // file cannot be read while the remote works (see Remote.Open). An error
 // once ctx is done is the sync's end, whatever it says. The marker and the

@@ -275,7 +275,7 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 		if err := s.inTx(ctx, func() error { return noteUpload(ctx, s.conn, name) }); err != nil {
 			return "", err
 		}
-		err := e.createFile(ctx, name, f, false, false)
+		err := e.createFile(ctx, name, f, false)
 		if err == nil {
 			e.log.Info("drivesync: wrote a "+op+" file", "file", name, "records", n)
 			// Its own state: nothing to apply, and a snapshot it checked.

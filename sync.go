@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -101,7 +100,7 @@ func (s *syncRun) sync(ctx context.Context) (*listing, *fetched, error) {
 		return l, f, s.saveCursor(ctx, l)
 	}
 	if p.sent > 0 {
-		if err := s.publish(ctx, l, p); err != nil {
+		if err := s.publish(ctx, p); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -295,21 +294,6 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 	}
 	e.progress("list", 1, 1)
 	return l, nil
-}
-
-// free reports whether the listing shows that no file has the patch name
-// this database has just made, so that a Remote that asks before it
-// creates a file (see freeCreator) need not ask. The name is after every
-// name this database used (see patchTime): only a copy of the database,
-// naming a file in the same millisecond, could have taken it, and that
-// file, made at about the time in its name, no earlier than this
-// listing's cursor, was created after the listing's start.
-func (l *listing) free(name string) bool {
-	at, _, ok := parsePatchName(name)
-	if !ok || l.server || !l.since.IsZero() && at.Before(l.cursor) {
-		return false
-	}
-	return !slices.ContainsFunc(l.files, func(f RemoteFile) bool { return f.Name == name })
 }
 
 func (s *syncRun) saveCursor(ctx context.Context, l *listing) error {
