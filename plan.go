@@ -174,7 +174,7 @@ ORDER BY p.record_id`
 	for _, col := range t.columns {
 		canonical += fmt.Sprintf(" AND c.%s IS %s", quoteIdent(col), projection("c.content", col))
 	}
-	return fmt.Sprintf(`SELECT p.record_id, c.id IS NOT NULL,
+	return fmt.Sprintf(`SELECT p.record_id, c.id, c.id IS NOT NULL,
 	CASE WHEN typeof(c.content) = 'text' THEN c.content WHEN %[1]s THEN json(c.content) END,
 	CASE WHEN %[1]s THEN %[2]s ELSE 0 END,
 	s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
@@ -191,7 +191,7 @@ ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
 // into r. An ordinary table's row is read by its key, through r.
 func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows, r *pendingRow) error {
 	if !t.ordinary {
-		return rows.Scan(&r.id, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
+		return rows.Scan(&r.id, &r.rawID, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
 	}
 	if err := rows.Scan(&r.id, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
 		return err
@@ -223,6 +223,7 @@ func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows,
 // pendingRow is one pending record as pendingSQL reads it.
 type pendingRow struct {
 	id            string
+	rawID         any // the row's id as stored (a BLOB stays a BLOB)
 	rowExists     bool
 	content       sql.NullString // the app's row as JSON text; NULL if none or not valid JSON
 	rowCanonical  bool           // the row holds content and projections as the engine writes them
@@ -474,7 +475,7 @@ func (s *syncRun) planRecord(ctx context.Context, t *tableInfo, p pendingRow, re
 				// (rows that fail on text, most rows an app writes,
 				// would pay for it in vain).
 				var same bool
-				if err := s.queryRow(ctx, t.sameSQL, []any{id, content.String}, &same); err != nil {
+				if err := s.queryRow(ctx, t.sameSQL, []any{p.rawID, content.String}, &same); err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return c, false, err
 				}
 				if !same {
