@@ -217,7 +217,11 @@ func TestConcurrentWritersDuringSync(t *testing.T) {
 		writers = append(writers, w)
 		writing.Go(func() {
 			start := aSyncs.Load()
-			for k := range steps {
+			// At least steps writes, and more until one of them lands
+			// between a sync's planning and applying: a fast sync leaves
+			// that window narrow, and the test is about that window.
+			overlapDeadline := time.Now().Add(2 * time.Minute)
+			for k := 0; k < steps || overlapped.Load() == 0 && time.Now().Before(overlapDeadline); k++ {
 				// Halfway, wait until a whole sync of a ran during this
 				// writer's writes, however the scheduler goes.
 				for deadline := time.Now().Add(2 * time.Minute); k == steps/2 && aSyncs.Load() < start+2; {
