@@ -78,11 +78,27 @@ func TestBrowser(t *testing.T) {
 	shared := t.TempDir()
 	a, b := startDevice(t, "device-a", shared), startDevice(t, "device-b", shared)
 
+	// Chromium's helper processes may still write to its profile for a
+	// moment after the browser exits: t.TempDir's cleanup then fails the
+	// test on a directory not yet empty. This one is removed with retries.
+	profile, err := os.MkdirTemp("", "notes-web-chromium-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if err := os.RemoveAll(profile); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("the browser's profile %s could not be removed", profile)
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1000, 900))
+		chromedp.UserDataDir(profile), chromedp.WindowSize(1000, 900))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancel()
 	browser, cancel := chromedp.NewContext(actx)
