@@ -185,6 +185,21 @@ func heapPeak() (stop func() uint64) {
 
 // insertPlain is the baseline: plainly inserting n rows in one transaction.
 func insertPlain(b *testing.B, db *sql.DB, table string, n int) time.Duration {
+	return insertRows(b, db, table, n, func(int) string { return uuid.NewString() })
+}
+
+// insertSorted inserts n rows as insertPlain does, in key order.
+func insertSorted(b *testing.B, db *sql.DB, table string, n int) time.Duration {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = uuid.NewString()
+	}
+	slices.Sort(ids)
+	return insertRows(b, db, table, n, func(i int) string { return ids[i] })
+}
+
+// insertRows inserts n rows with the ids id gives, in one transaction.
+func insertRows(b *testing.B, db *sql.DB, table string, n int, id func(int) string) time.Duration {
 	start := time.Now()
 	tx, err := db.Begin()
 	if err != nil {
@@ -195,35 +210,7 @@ func insertPlain(b *testing.B, db *sql.DB, table string, n int) time.Duration {
 		b.Fatal(err)
 	}
 	for i := range n {
-		if _, err := st.Exec(uuid.NewString(), benchContent(i), fmt.Sprint("note ", i)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	st.Close()
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(start)
-}
-
-// insertSorted inserts n rows as insertPlain does, in key order.
-func insertSorted(b *testing.B, db *sql.DB, table string, n int) time.Duration {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = uuid.NewString()
-	}
-	slices.Sort(ids)
-	start := time.Now()
-	tx, err := db.Begin()
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := tx.Prepare(`INSERT INTO ` + table + ` (id, content, title) VALUES (?, jsonb(?), ?)`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i, id := range ids {
-		if _, err := st.Exec(id, benchContent(i), fmt.Sprint("note ", i)); err != nil {
+		if _, err := st.Exec(id(i), benchContent(i), fmt.Sprint("note ", i)); err != nil {
 			b.Fatal(err)
 		}
 	}
