@@ -332,7 +332,7 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 		if err := merge.CheckStamp(at, devices); err != nil {
 			return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
 		}
-		return fileChange{table: e.Table, record: e.Record, patch: jsonv.Encode(content), clock: []byte(merge.FreshClock(at)),
+		return fileChange{table: e.Table, record: e.Record, patch: jsonv.Encode(content), clock: e.Clock, // FreshClock's bytes
 			version: at.Version, device: at.Device}, nil
 	}
 	n, err := merge.DecodeState(content, e.Clock, e.Deleted)
