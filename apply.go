@@ -105,12 +105,34 @@ func (s *applier) apply(ctx context.Context) error {
 		// sync brings (see rebasePending).
 		s.pending[key] = pendingEdit{base: base}
 	}
-	if _, err := s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+	// The log's marks: with no write since the plan read them, those of
+	// the synced tables are the records planned, which clearPending
+	// settles; else all join the set, where the checks below look.
+	if s.dirty {
+		err = foldPending(ctx, s.conn)
+	} else {
+		err = settlePlanned(ctx, s.conn, e.tableNames())
+	}
+	if err != nil {
+		return err
+	}
+	writes := s.p.changes.n
+	for _, d := range s.f.files {
+		writes += d.spool.n
+	}
+	w, err := beginQuiet(ctx, s.conn, e.order, writes, e.quietDropAt)
+	if err != nil {
 		return err
 	}
 	total := 1 + len(s.f.files)
 	e.progress("apply", 0, total)
-	if err := s.p.changes.each(func(c fileChange) error { return s.applyOwn(ctx, c) }); err != nil {
+	err = s.p.changes.each(func(c fileChange) error {
+		if err := s.applyOwn(ctx, c); err != nil {
+			return err
+		}
+		return w.wrote(ctx)
+	})
+	if err != nil {
 		return err
 	}
 	if err := s.clearPending(ctx); err != nil {
@@ -119,7 +141,10 @@ func (s *applier) apply(ctx context.Context) error {
 	for i, d := range s.f.files {
 		err := d.spool.each(func(c fileChange) error {
 			e.progressRecords(1)
-			return s.applyReceived(ctx, c)
+			if err := s.applyReceived(ctx, c); err != nil {
+				return err
+			}
+			return w.wrote(ctx)
 		})
 		if err != nil {
 			return err
@@ -153,7 +178,7 @@ func (s *applier) apply(ctx context.Context) error {
 	if err := s.trimConflicts(ctx); err != nil {
 		return err
 	}
-	_, err = s.conn.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
+	err = w.end(ctx)
 	e.progress("apply", total, total)
 	return err
 }

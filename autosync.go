@@ -142,11 +142,16 @@ func (e *Engine) AutoSync(ctx context.Context, opts AutoSyncOptions) error {
 	}
 }
 
+// pendingCount counts the pending marks of the registered tables: the
+// records of the pending set, and the writes logged since the last fold
+// (one per write, so that it grows with every write, a record written
+// twice included).
 func (e *Engine) pendingCount(ctx context.Context) (n int, err error) {
 	// Records of tables the app no longer registers stay pending, and no
 	// sync sends them: counted, they would look like edits made during
 	// every sync.
-	err = e.db.QueryRowContext(ctx, `SELECT count(*) FROM sync_pending_changes WHERE table_name IN (SELECT value FROM json_each(?1))`, e.tableNames()).Scan(&n)
+	err = e.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sync_pending_changes WHERE table_name IN (SELECT value FROM json_each(?1)))
+	+ (SELECT count(*) FROM sync_pending_log WHERE table_name IN (SELECT value FROM json_each(?1)))`, e.tableNames()).Scan(&n)
 	return n, err
 }
 

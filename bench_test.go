@@ -89,7 +89,7 @@ func BenchmarkCapture(b *testing.B) {
 			}
 			before := func(i int) {
 				if bc.fresh || (bc.every > 0 && i%bc.every == 0) {
-					synced.Exec(`DELETE FROM sync_pending_changes`)
+					synced.Exec(`DELETE FROM sync_pending_changes; DELETE FROM sync_pending_log`)
 				}
 			}
 			compareCapture(b, synced, plain, bc.rows, before, func(tx *sql.Tx, k int) (err error) {

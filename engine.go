@@ -178,6 +178,10 @@ type Engine struct {
 	deviceID string
 	tables   map[string]*tableInfo
 	order    []*tableInfo // registration order
+	// quietDropAt: from how many writes a sync drops the capture
+	// triggers while it writes (see beginQuiet); quietDropAt unless a
+	// test sets another.
+	quietDropAt int
 	// detached names the tables this database synced before and no
 	// longer registers: their rows keep what they showed (see
 	// applyReceived and reattachTable).
@@ -250,7 +254,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	if err := cfg.Limits.check(); err != nil {
 		return nil, fmt.Errorf("drivesync: Open: Config.Limits: %w", err)
 	}
-	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, sem: make(chan struct{}, 1), syncNow: make(chan struct{}, 1)}
+	e := &Engine{db: db, cfg: cfg, log: cfg.Logger, tables: map[string]*tableInfo{}, quietDropAt: quietDropAt, sem: make(chan struct{}, 1), syncNow: make(chan struct{}, 1)}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -279,6 +283,10 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 			return err
 		}
 		e.deviceID = id
+		// What follows reads and settles pending marks: from the set.
+		if err := foldPending(ctx, conn); err != nil {
+			return err
+		}
 		if cfg.Server != nil && merge.ServerDevice(id) {
 			return fmt.Errorf("device id %q: ids \"server\" and \"server-…\" are the sync server's own stamps; set Config.DeviceID to another", id)
 		}
@@ -477,17 +485,20 @@ WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WH
 	})
 }
 
-// engineWrites runs fn with the capture triggers quiet, inside Open's
-// transaction: the rows it writes are the engine's, not the app's edits.
+// engineWrites runs fn in a quiet window of Open's transaction: the rows
+// it writes are the engine's, not the app's edits.
 func engineWrites(ctx context.Context, q querier, fn func() error) error {
-	if _, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 1`); err != nil {
+	if err := foldPending(ctx, q); err != nil {
+		return err
+	}
+	w, err := beginQuiet(ctx, q, nil, 0, 0)
+	if err != nil {
 		return err
 	}
 	if err := fn(); err != nil {
 		return err
 	}
-	_, err := q.ExecContext(ctx, `UPDATE sync_control SET is_syncing = 0`)
-	return err
+	return w.end(ctx)
 }
 
 // DeviceID returns the id this database syncs as.

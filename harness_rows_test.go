@@ -275,7 +275,7 @@ func (m *model) extraWrite(rt *rapid.T, d *hdevice, label string, facts bool) {
 func (d *hdevice) checkGens(rt *rapid.T) {
 	// A row the app wrote since (pending) shows the app's value, which
 	// may be below: checked once a sync sends it.
-	rows, err := d.db.Query(`SELECT id, g FROM gens WHERE NOT EXISTS (SELECT 1 FROM sync_pending_changes p
+	rows, err := d.db.Query(`SELECT id, g FROM gens WHERE NOT EXISTS (SELECT 1 FROM ` + pendingUnion + ` p
 	WHERE p.table_name = 'gens' AND p.record_id = quote(gens.id))`)
 	if err != nil {
 		rt.Fatal(err)

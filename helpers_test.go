@@ -168,7 +168,7 @@ func (d *device) dump() string {
 func (d *device) pendingCount() int {
 	d.t.Helper()
 	var n int
-	if err := d.db.QueryRow(`SELECT count(*) FROM sync_pending_changes`).Scan(&n); err != nil {
+	if err := d.db.QueryRow(`SELECT count(*) FROM ` + pendingUnion).Scan(&n); err != nil {
 		d.t.Fatal(err)
 	}
 	return n

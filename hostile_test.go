@@ -307,6 +307,7 @@ func TestHostileTableNames(t *testing.T) {
 		{"sqlite_schema upper case", "SQLITE_SCHEMA"},
 		{"engine table", "sync_states"},
 		{"engine table mixed case", "Sync_Pending_Changes"},
+		{"the capture log", "sync_pending_log"},
 		{"quoted", `"notes"`},
 		{"comment", "notes--"},
 		{"cyrillic o", "n\u043etes"},

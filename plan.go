@@ -53,12 +53,17 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	if err := s.conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&p.dataVersion); err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
+	// Read after dataVersion: a write the plan does not see makes the
+	// apply check every row (see applier.dirty).
+	from, err := s.pendingSource(ctx, f)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := s.conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		endTx(s.conn)
 		return nil, &Error{Op: "sync", Err: err}
 	}
 	defer s.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT") // read-only: ends the snapshot
-	var err error
 	if p.base, err = getMetaInt(ctx, s.conn, metaMaxVersion); err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
@@ -68,14 +73,14 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		return nil, err
 	}
 	s.onDone(p.changes.close)
-	resets, err := s.resets(ctx, f)
+	resets, err := s.resets(ctx, f, from)
 	if err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
 	open := map[int]*upload{} // the files being written, by format
 	var entries []byte
 	for _, t := range e.order {
-		rows, err := s.conn.QueryContext(ctx, t.pendingSQL(), t.name)
+		rows, err := s.conn.QueryContext(ctx, t.pendingSQL(from), t.name)
 		if err != nil {
 			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 		}
@@ -150,15 +155,37 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	return p, nil
 }
 
-// pendingSQL reads, for table ?1, every pending record with its current
-// content (JSON text, or NULL for a deleted row or invalid JSON), whether
-// the row already holds content and projections exactly as the engine
-// writes them (then a sync need not rewrite it), and its synced state.
-func (t *tableInfo) pendingSQL() string {
+// pendingSource returns what the plan reads the pending records from:
+// the set and the log together, or the set alone when the log is empty,
+// or when the downloads delete records: resets then looks records up one
+// by one, which the log, having no index, cannot answer. The log is then
+// folded into the set first.
+func (s *syncRun) pendingSource(ctx context.Context, f *fetched) (string, error) {
+	var logged bool
+	if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_log)`).Scan(&logged); err != nil {
+		return "", &Error{Op: "sync", Err: err}
+	}
+	if !logged {
+		return "sync_pending_changes", nil
+	}
+	for _, d := range f.files {
+		if d.spool.deletes > 0 {
+			return "sync_pending_changes", s.inTx(ctx, func() error { return foldPending(ctx, s.conn) })
+		}
+	}
+	return pendingUnion, nil
+}
+
+// pendingSQL reads, for table ?1, every pending record of from (see
+// pendingSource) with its current content (JSON text, or NULL for a
+// deleted row or invalid JSON), whether the row already holds content and
+// projections exactly as the engine writes them (then a sync need not
+// rewrite it), and its synced state.
+func (t *tableInfo) pendingSQL(from string) string {
 	if t.ordinary {
 		return `SELECT p.record_id, s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
 	u.record_id IS NOT NULL, u.base
-FROM sync_pending_changes p
+FROM ` + from + ` p
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
 LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
 WHERE p.table_name = ?1
@@ -179,12 +206,12 @@ ORDER BY p.record_id`
 	CASE WHEN %[1]s THEN %[2]s ELSE 0 END,
 	s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
 	u.record_id IS NOT NULL, u.base
-FROM sync_pending_changes p
+FROM %[4]s p
 LEFT JOIN %[3]s c ON c.id = p.record_id
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
 LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
 WHERE p.table_name = ?1
-ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name))
+ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name), from)
 }
 
 // scanPending reads the next pending record of rows (from pendingSQL)
@@ -286,7 +313,7 @@ func (r pendingRow) shown() *jsonv.Value {
 // at its synced state's newest stamp (see planRecord). Only records that
 // a downloaded change deletes are looked up for the first kind, and the
 // records' changes are merged only for those concerned.
-func (s *syncRun) resets(ctx context.Context, f *fetched) (map[recordKey]merge.Stamp, error) {
+func (s *syncRun) resets(ctx context.Context, f *fetched, from string) (map[recordKey]merge.Stamp, error) {
 	if len(f.files) == 0 {
 		return nil, nil
 	}
@@ -294,7 +321,7 @@ func (s *syncRun) resets(ctx context.Context, f *fetched) (map[recordKey]merge.S
 	// Records written again over a delete: few, and loaded only if the
 	// downloads touch them.
 	over := map[recordKey]bool{}
-	rows, err := s.conn.QueryContext(ctx, `SELECT p.table_name, p.record_id FROM sync_pending_changes p
+	rows, err := s.conn.QueryContext(ctx, `SELECT p.table_name, p.record_id FROM `+from+` p
 JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id WHERE s.is_deleted`)
 	if err != nil {
 		return nil, err
@@ -317,6 +344,8 @@ JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id 
 	}
 	created := false
 	if deletes {
+		// The log was folded (see pendingSource): the set holds every
+		// pending record.
 		if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_pending_changes p
 WHERE NOT EXISTS (SELECT 1 FROM sync_states s WHERE s.table_name = p.table_name AND s.record_id = p.record_id))`).Scan(&created); err != nil {
 			return nil, err

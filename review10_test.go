@@ -325,7 +325,7 @@ func TestReview10TriggerNameCollision(t *testing.T) {
 	}
 	a.exec(`UPDATE dots_immutable SET v = 'two'`)
 	var n int
-	a.db.QueryRow(`SELECT count(*) FROM sync_pending_changes WHERE table_name = 'dots_immutable'`).Scan(&n)
+	a.db.QueryRow(`SELECT count(*) FROM ` + pendingUnion + ` WHERE table_name = 'dots_immutable'`).Scan(&n)
 	if n != 1 {
 		t.Errorf("%d pending after an update of dots_immutable, want 1: the update was not captured", n)
 	}

@@ -65,7 +65,7 @@ func TestR14cSameInvalidContentUpdateRefused(t *testing.T) {
 	} {
 		t.Run(string(rune('a'+i)), func(t *testing.T) {
 			d := newDevice(t, "dev-a", NewMemoryRemote(), notesSchema, `INSERT INTO notes (id, content) VALUES ('legacy', '[1]')`)
-			d.db.Exec(`DELETE FROM sync_pending_changes`)
+			d.db.Exec(`DELETE FROM sync_pending_changes; DELETE FROM sync_pending_log`)
 			_, err := d.db.Exec(q)
 			if err == nil || !strings.Contains(err.Error(), r14cRefusal) {
 				t.Errorf("%s: got %v, pending %d; want the refusal", q, err, d.pendingCount())

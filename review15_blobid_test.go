@@ -28,7 +28,7 @@ func TestBlobIDCanonicalRow(t *testing.T) {
 		t.Fatalf("dev-b holds %q for the record with a BLOB id, want {\"v\":2}", got)
 	}
 	var pending int
-	if err := a.db.QueryRow(`SELECT count(*) FROM sync_pending_changes`).Scan(&pending); err != nil || pending != 0 {
+	if err := a.db.QueryRow(`SELECT count(*) FROM ` + pendingUnion).Scan(&pending); err != nil || pending != 0 {
 		t.Fatalf("%d records still pending on dev-a (%v)", pending, err)
 	}
 }

@@ -149,6 +149,10 @@ func (t *tableInfo) decodeKey(id string) ([]any, error) {
 	for i, v := range vals {
 		s, isText := v.(string)
 		_, isInt := v.(int64)
+		if isText && strings.IndexByte(s, 0) >= 0 {
+			// The capture triggers refuse such a key (see badKey).
+			return nil, rowErrorf("record id %q is not a key of table %s: %s holds a NUL character", id, t.name, t.keys[i])
+		}
 		switch t.keyTypes[i] {
 		case 'i':
 			if isText && numericText.MatchString(s) {

@@ -68,7 +68,7 @@ const clockTolerance = time.Minute
 // Status returns the sync's status; see Status.
 func (e *Engine) Status(ctx context.Context) (Status, error) {
 	st := Status{DeviceID: e.DeviceID(), Encrypted: e.cfg.Encryption != nil, RemoteBytes: -1}
-	err := e.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sync_pending_changes), EXISTS (SELECT 1 FROM sync_outbox),
+	err := e.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+pendingUnion+`), EXISTS (SELECT 1 FROM sync_outbox),
 	(SELECT count(*) FROM sync_conflicts),
 	coalesce((SELECT value FROM sync_meta WHERE key = ?1), ''), coalesce((SELECT value FROM sync_meta WHERE key = ?2), '')`, metaStore, metaRemoteID).
 		Scan(&st.Pending, &st.OutboxWaiting, &st.Conflicts, &st.Store, &st.Remote)

@@ -20,18 +20,18 @@ import (
 	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
-// The engine's own tables. sync_control, sync_pending_changes and
-// sync_states hold what changed locally and the synced state; sync_meta holds this device's
+// The engine's own tables. sync_control, sync_pending_log,
+// sync_pending_changes and sync_states hold what changed locally and the
+// synced state (see pending.go); sync_meta holds this device's
 // identity and cursor, sync_files the remote files already applied (or
 // rejected), sync_outbox an upload not yet committed (see outbox.go),
 // sync_unwritten the synced records whose row the app's table refused
 // (see retryUnwritten).
 //
-// sync_pending_changes stores only which records changed, not their
-// content: the engine reads the content from the app's table when it
-// syncs. That keeps the triggers cheap (a write that changes an already
-// pending record costs one index lookup) and the content read at sync time
-// is the latest anyway.
+// The pending tables store only which records changed, not their content:
+// the engine reads the content from the app's table when it syncs. That
+// keeps the triggers cheap (a write appends one small row) and the content
+// read at sync time is the latest anyway.
 //
 // sync_meta.max_version replaces an index on sync_states.sync_version: a
 // sync needs the largest version once, and keeping a maximum costs one
@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS sync_control (
 	is_syncing INTEGER NOT NULL DEFAULT 0
 );
 INSERT OR IGNORE INTO sync_control (id, is_syncing) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS sync_pending_log (
+	seq INTEGER PRIMARY KEY,
+	table_name TEXT NOT NULL,
+	record_id TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS sync_pending_changes (
 	table_name TEXT NOT NULL,
 	record_id TEXT NOT NULL,
@@ -138,7 +143,7 @@ const (
 	metaStatus       = "status"        // how the last sync ended, for Status (JSON)
 	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
 	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
-	schemaVersion    = "2"
+	schemaVersion    = "3"
 )
 
 // sync_files.status values. A patch or merge file is applied or rejected.
@@ -545,6 +550,11 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 		cur, err := strconv.Atoi(from)
 		if err != nil {
 			return "", fmt.Errorf("drivesync: install schema: sync_meta %s is %q", metaSchema, from)
+		}
+		if want, _ := strconv.Atoi(schemaVersion); cur > want {
+			// Its capture may record changes where this version does not
+			// look: opening it here could lose them.
+			return "", fmt.Errorf("drivesync: this database was synced by a newer drivesync (engine schema %d; this version knows %d): open it with that version or a newer one", cur, want)
 		}
 		for _, m := range migrations {
 			if cur >= m.version {

@@ -8,49 +8,49 @@ import (
 )
 
 // Capture: each synced table gets AFTER INSERT, UPDATE and DELETE triggers
-// that mark the record as pending. They store the table and id only, and
-// only once, so a record already pending costs one index lookup and no
-// page write; the content is read when the engine syncs. The
-// triggers stay silent while sync_control.is_syncing is 1, which the
-// engine sets only inside its own transaction while it writes the app's
-// tables.
+// that mark the record as pending, by appending its table and id to
+// sync_pending_log (see pending.go); the content is read when the engine
+// syncs. Each write fires one trigger of one statement, which also checks
+// what the app wrote: a trigger more, or a WHEN clause that queries a
+// table, would cost every write about as much as the mark itself.
 
 const triggerPrefix = "sync_trg_"
 
 func triggerSQL(t *tableInfo) map[string]string {
 	table := t.name
 	tbl, lit := quoteIdent(table), quoteString(table)
-	when := "WHEN (SELECT is_syncing FROM sync_control) = 0"
-	// Not INSERT OR IGNORE: inside a trigger, the conflict policy of the
-	// app's statement (INSERT OR REPLACE, UPDATE OR ROLLBACK, an UPSERT's
-	// default ABORT) replaces an OR clause of the trigger's own. An
-	// UPSERT clause is kept whatever the app's statement says.
 	mark := func(id string) string {
-		return fmt.Sprintf("INSERT INTO sync_pending_changes (table_name, record_id) VALUES (%s, %s) ON CONFLICT DO NOTHING;", lit, id)
+		return fmt.Sprintf("INSERT INTO sync_pending_log (table_name, record_id) VALUES (%s, %s);", lit, id)
 	}
 	name := func(op string) string { return triggerPrefix + table + "_" + op }
 	if t.ordinary {
-		defs := ordinaryTriggers(t, when, mark, name)
+		defs := ordinaryTriggers(t, mark, name)
 		if t.appendOnly {
-			maps.Copy(defs, immutableTriggers(t, when, name))
+			maps.Copy(defs, immutableTriggers(t, "WHEN (SELECT is_syncing FROM sync_control) = 0", name))
 		}
 		return defs
 	}
 	// Content must be a JSON object (text or JSONB): refuse anything else
 	// when the app writes it, rather than find it at sync time and leave
 	// the record pending for ever. JSONB, which the engine recommends, is
-	// checked without parsing the whole value.
+	// checked without parsing the whole value. The engine's own writes
+	// are objects, and pass.
+	//
+	// BEFORE triggers, because they see what the statement writes: an
+	// AFTER trigger misses the content of an INSERT OR IGNORE (or an
+	// UPSERT) over an existing row, and sees the column's default where
+	// OR REPLACE swapped one in for a NULL. A statement that then writes
+	// nothing leaves a mark of a record it did not change, which a sync
+	// finds unchanged.
 	notObject := "CASE WHEN json_valid(NEW.content, 6) THEN json_type(NEW.content) <> 'object' ELSE 1 END"
-	refuse := fmt.Sprintf("SELECT RAISE(ABORT, %s);", quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
+	checked := fmt.Sprintf("CASE WHEN %s THEN RAISE(ABORT, %s) ELSE NEW.id END", notObject, quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
 	return map[string]string{
-		name("check_insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_insert")), tbl, when, notObject, refuse),
-		name("check_update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE OF content ON %s %s AND %s BEGIN %s END", quoteIdent(name("check_update")), tbl, when, notObject, refuse),
-		name("insert"):       fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark("NEW.id")),
-		name("update"):       fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark("NEW.id")),
-		name("delete"):       fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark("OLD.id")),
+		name("insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked)),
+		name("update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s BEGIN %s END", quoteIdent(name("update")), tbl, mark(checked)),
+		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s END", quoteIdent(name("delete")), tbl, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
-		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s %s AND OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, when, mark("OLD.id")),
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
 	}
 }
 
@@ -58,7 +58,7 @@ func triggerSQL(t *tableInfo) map[string]string {
 // key (see keyExpr), and a key that has none is refused in the app's own
 // statement. The check runs after the row is stored, on the values as the
 // column's affinity made them.
-func ordinaryTriggers(t *tableInfo, when string, mark func(string) string, name func(string) string) map[string]string {
+func ordinaryTriggers(t *tableInfo, mark func(string) string, name func(string) string) map[string]string {
 	tbl := quoteIdent(t.name)
 	// One statement: the key is checked as the mark is computed.
 	checked := func(r string) string {
@@ -71,11 +71,11 @@ func ordinaryTriggers(t *tableInfo, when string, mark func(string) string, name 
 		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s", quoteIdent(k))
 	}
 	return map[string]string{
-		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s %s BEGIN %s END", quoteIdent(name("insert")), tbl, when, mark(checked("NEW"))),
-		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s %s BEGIN %s END", quoteIdent(name("update")), tbl, when, mark(checked("NEW"))),
-		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s %s BEGIN %s END", quoteIdent(name("delete")), tbl, when, mark(t.keyExpr("OLD"))),
+		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked("NEW"))),
+		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s BEGIN %s END", quoteIdent(name("update")), tbl, mark(checked("NEW"))),
+		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s END", quoteIdent(name("delete")), tbl, mark(t.keyExpr("OLD"))),
 		// A changed key deletes the old record and creates a new one.
-		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s %s AND (%s) BEGIN %s END", quoteIdent(name("rekey")), strings.Join(keys, ", "), tbl, when, strings.Join(moved, " OR "), mark(t.keyExpr("OLD"))),
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s WHEN %s BEGIN %s END", quoteIdent(name("rekey")), strings.Join(keys, ", "), tbl, strings.Join(moved, " OR "), mark(t.keyExpr("OLD"))),
 	}
 }
 

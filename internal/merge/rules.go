@@ -67,7 +67,7 @@ func VersionTime(v int64) time.Time {
 
 // Names of the engine's tables, which an app table may not use.
 var reservedTables = map[string]bool{
-	"sync_control": true, "sync_pending_changes": true, "sync_states": true,
+	"sync_control": true, "sync_pending_log": true, "sync_pending_changes": true, "sync_states": true,
 	"sync_meta": true, "sync_files": true, "sync_outbox": true, "sync_unwritten": true, "sync_tables": true, "sync_uploaded": true,
 	"sync_immutable": true, "sync_placed": true,
 }
