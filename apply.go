@@ -209,9 +209,9 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		case c.flags&planRowCanonical != 0:
 			return nil
 		case c.base == nil:
-			return s.rowResult(t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
+			return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
 		}
-		return s.rowResult(t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
+		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
 	}
 	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {
@@ -281,7 +281,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		return s.writeRow(ctx, t, c.record, st.node)
 	}
 	// The row exists (its content is what was planned): update in place.
-	return s.rowResult(t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value()))))
+	return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value()))))
 }
 
 // clearPending removes, when nothing else wrote during the sync, every
@@ -323,7 +323,7 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 				return err
 			}
 		}
-		if err := s.rowResult(t, c.record, err); err != nil {
+		if err := s.rowResult(ctx, t, c.record, err); err != nil {
 			return err
 		}
 	}
@@ -378,9 +378,9 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 	}
 	if st.node == nil { // a new record from a state file, stored as it came
 		if c.deleted {
-			return s.rowResult(t, c.record, t.deleteRow(ctx, s, c.record))
+			return s.rowResult(ctx, t, c.record, t.deleteRow(ctx, s, c.record))
 		}
-		return s.rowResult(t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
+		return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
 	}
 	return s.writeRow(ctx, t, c.record, st.node)
 }
@@ -585,13 +585,13 @@ func (s *applier) rowMatches(ctx context.Context, t *tableInfo, id string, n *me
 // triggers stay quiet.
 func (s *applier) writeRow(ctx context.Context, t *tableInfo, id string, n *merge.Node) error {
 	if !n.Exists() {
-		return s.rowResult(t, id, t.deleteRow(ctx, s, id))
+		return s.rowResult(ctx, t, id, t.deleteRow(ctx, s, id))
 	}
 	return s.writeContent(ctx, t, id, n.Value())
 }
 
 func (s *applier) writeContent(ctx context.Context, t *tableInfo, id string, v jsonv.Value) error {
-	return s.rowResult(t, id, t.writeRow(ctx, s, id, string(jsonv.Encode(v))))
+	return s.rowResult(ctx, t, id, t.writeRow(ctx, s, id, string(jsonv.Encode(v))))
 }
 
 // rowResult turns a failed row write into the sync's error, except when
@@ -599,7 +599,7 @@ func (s *applier) writeContent(ctx context.Context, t *tableInfo, id string, v j
 // on a projection column, a foreign key): SQLite then undoes only that
 // statement, the record stays in sync_states, and retryUnwritten tries
 // the row again at the end of this sync and of later ones.
-func (s *applier) rowResult(t *tableInfo, id string, err error) error {
+func (s *applier) rowResult(ctx context.Context, t *tableInfo, id string, err error) error {
 	key := recordKey{t.name, id}
 	if err == nil {
 		if _, ok := s.rows[key]; ok || s.tracked[key] {
@@ -608,7 +608,7 @@ func (s *applier) rowResult(t *tableInfo, id string, err error) error {
 		return nil
 	}
 	err = &Error{Op: "write", Table: t.name, Record: id, Err: err}
-	if !refusal(err) {
+	if ok, err := refused(ctx, s.conn, err); !ok {
 		return err
 	}
 	s.e.log.Warn("drivesync: row refused by the table's constraints", "table", t.name, "record", id, "err", err)

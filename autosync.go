@@ -96,7 +96,7 @@ func (e *Engine) AutoSync(ctx context.Context, opts AutoSyncOptions) error {
 		}
 		now = time.Now()
 		// Local changes: a new count restarts the debounce.
-		if pending, err := e.pendingCount(ctx); err == nil {
+		if pending, err := e.pendingMarks(ctx); err == nil {
 			if pending > 0 && pending != lastPending {
 				localDue = now.Add(opts.Debounce)
 			}
@@ -124,9 +124,9 @@ func (e *Engine) AutoSync(ctx context.Context, opts AutoSyncOptions) error {
 		// the app wrote while it ran: the latter are due a debounce
 		// from now; from here on, a new count is a new local change.
 		localDue = time.Time{}
-		if pending, perr := e.pendingCount(ctx); perr == nil {
+		if pending, perr := e.pendingMarks(ctx); perr == nil {
 			lastPending = pending
-			if pending > len(r.Skipped) {
+			if records, perr := e.pendingRecords(ctx); perr == nil && records > len(r.Skipped) {
 				localDue = now.Add(opts.Debounce)
 			}
 		}
@@ -142,16 +142,25 @@ func (e *Engine) AutoSync(ctx context.Context, opts AutoSyncOptions) error {
 	}
 }
 
-// pendingCount counts the pending marks of the registered tables: the
-// records of the pending set, and the writes logged since the last fold
-// (one per write, so that it grows with every write, a record written
-// twice included).
-func (e *Engine) pendingCount(ctx context.Context) (n int, err error) {
+// pendingMarks counts the pending marks of the registered tables: the
+// records of the pending set, and the writes logged since the last fold,
+// one per write, so that it grows with every write, a record written
+// twice included.
+func (e *Engine) pendingMarks(ctx context.Context) (n int, err error) {
 	// Records of tables the app no longer registers stay pending, and no
 	// sync sends them: counted, they would look like edits made during
 	// every sync.
 	err = e.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sync_pending_changes WHERE table_name IN (SELECT value FROM json_each(?1)))
 	+ (SELECT count(*) FROM sync_pending_log WHERE table_name IN (SELECT value FROM json_each(?1)))`, e.tableNames()).Scan(&n)
+	return n, err
+}
+
+// pendingRecords counts the records the pending marks of the registered
+// tables name, each once: the number to compare with the records a sync
+// could not send, whose marks a sync with nothing else to do leaves as
+// they are.
+func (e *Engine) pendingRecords(ctx context.Context) (n int, err error) {
+	err = e.db.QueryRowContext(ctx, `SELECT count(*) FROM `+pendingUnion+` WHERE table_name IN (SELECT value FROM json_each(?1))`, e.tableNames()).Scan(&n)
 	return n, err
 }
 

@@ -95,8 +95,8 @@ func adoptRows(ctx context.Context, q querier, t *tableInfo) error {
 			if err != nil || ok {
 				return err
 			}
-			err = t.writeRow(ctx, direct{q}, id, data)
-			if refusal(err) {
+			refusedRow, err := refused(ctx, q, t.writeRow(ctx, direct{q}, id, data))
+			if refusedRow {
 				_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, t.name, id)
 			}
 			return err
@@ -324,8 +324,8 @@ func (t *tableInfo) writeColumns(ctx context.Context, q querier, added []string,
 		}
 		// Not writeRow: an append-only row takes a new column's value
 		// as any other; its payload did not change.
-		err = t.upsertColumns(ctx, direct{q}, id, key, set)
-		if refusal(err) {
+		refusedRow, err := refused(ctx, q, t.upsertColumns(ctx, direct{q}, id, key, set))
+		if refusedRow {
 			// The table refuses the record's values: the row keeps
 			// what it shows, and the next sync reports and retries it.
 			_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id, base) VALUES (?1, ?2, ?3)`, t.name, id, shown)

@@ -409,8 +409,8 @@ WHERE u.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM sync_pending_changes p WHE
 			} else {
 				err = t.writeRow(ctx, direct{q}, st.id, st.data)
 			}
-			switch {
-			case refusal(err):
+			switch ok, err := refused(ctx, q, err); {
+			case ok:
 				continue // refused: the next sync tries again and reports it
 			case err != nil:
 				return err

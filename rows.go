@@ -477,6 +477,27 @@ func refusal(err error) bool {
 	return sqliteerr.IsConstraint(err) || errors.As(err, &re)
 }
 
+// refused is refusal for a write the engine made in a quiet window of
+// q's transaction (see beginQuiet), which must still be open: a constraint
+// declared ON CONFLICT ROLLBACK, or a trigger's RAISE(ROLLBACK), refuses a
+// row by rolling the whole transaction back. Going on would run the rest
+// in autocommit mode, where the window's end deletes the app's pending
+// marks that the rollback put back; that is an error, returned as err.
+// A write that did not fail is no refusal, and err is nil.
+func refused(ctx context.Context, q querier, err error) (ok bool, _ error) {
+	if !refusal(err) {
+		return false, err
+	}
+	var syncing int
+	if qerr := q.QueryRowContext(ctx, `SELECT is_syncing FROM sync_control`).Scan(&syncing); qerr != nil {
+		return false, qerr
+	}
+	if syncing != 1 {
+		return false, fmt.Errorf("%w; the table rolled back the whole transaction (a constraint declared ON CONFLICT ROLLBACK, or a trigger's RAISE(ROLLBACK)), so the row cannot be kept unwritten while the rest is written: declare the constraint with ON CONFLICT ABORT (the default), or raise ABORT", err)
+	}
+	return true, nil
+}
+
 // deleteRow deletes the app's row of record id, if any.
 func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
 	if !t.ordinary {
