@@ -52,13 +52,9 @@ func mustPendingCount(t *testing.T, d *device) int {
 	return n
 }
 
-// A table whose constraint says ON CONFLICT ROLLBACK refuses a received
-// row by rolling the whole apply transaction back: fold, settle and quiet
-// window included. The engine takes the refusal for a statement's and
-// goes on in autocommit mode, where the quiet window's end deletes every
-// mark of the log: the ones the rollback put back, among them an edit the
-// app made during the sync, which no sync ever sends.
-func TestReview16RollbackConflictDeletesAppMarks(t *testing.T) {
+// rollbackDevices are two devices whose notes.title is UNIQUE ON CONFLICT
+// ROLLBACK.
+func rollbackDevices(t *testing.T) (a, b *device) {
 	const schema = `CREATE TABLE IF NOT EXISTS notes (
 	id TEXT PRIMARY KEY,
 	content JSONB NOT NULL,
@@ -66,8 +62,17 @@ func TestReview16RollbackConflictDeletesAppMarks(t *testing.T) {
 	display_order INTEGER
 )`
 	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote, schema)
-	b := newDevice(t, "dev-b", remote, schema)
+	return newDevice(t, "dev-a", remote, schema), newDevice(t, "dev-b", remote, schema)
+}
+
+// A table whose constraint says ON CONFLICT ROLLBACK refuses a received
+// row by rolling the whole apply transaction back: fold, settle and quiet
+// window included. The engine takes the refusal for a statement's and
+// goes on in autocommit mode, where the quiet window's end deletes every
+// mark of the log: the ones the rollback put back, among them an edit the
+// app made during the sync, which no sync ever sends.
+func TestReview16RollbackConflictDeletesAppMarks(t *testing.T) {
+	a, b := rollbackDevices(t)
 	a.sync()
 	b.sync()
 	b.put("n1", `{"title":"x"}`)
@@ -98,15 +103,7 @@ func TestReview16RollbackConflictDeletesAppMarks(t *testing.T) {
 // logged as the app's edits, and the window's end fails to create
 // triggers that exist, so nothing deletes those marks.
 func TestReview16RollbackConflictEngineWritesLogged(t *testing.T) {
-	const schema = `CREATE TABLE IF NOT EXISTS notes (
-	id TEXT PRIMARY KEY,
-	content JSONB NOT NULL,
-	title TEXT UNIQUE ON CONFLICT ROLLBACK,
-	display_order INTEGER
-)`
-	remote := NewMemoryRemote()
-	a := newDevice(t, "dev-a", remote, schema)
-	b := newDevice(t, "dev-b", remote, schema)
+	a, b := rollbackDevices(t)
 	a.eng.quietDropAt = 1
 	a.sync()
 	b.sync()
