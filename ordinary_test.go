@@ -219,11 +219,19 @@ func TestOrdinaryKeysRefused(t *testing.T) {
 		}
 	}
 	d.exec(`INSERT INTO t VALUES ('ok', 1)`)
-	if _, err := d.db.Exec(`UPDATE t SET k = 2.5`); err == nil {
-		t.Error("an update to a REAL key was taken")
+	for _, key := range []string{"NULL", "2.5", "'a' || char(0) || 'b'"} {
+		// Checked by the trigger of a moved key, not the update's own.
+		_, err := d.db.Exec(`UPDATE t SET k = ` + key + `, v = 2`)
+		if err == nil || !strings.Contains(err.Error(), "drivesync: table t: key column k") {
+			t.Errorf("update to key %s: err = %v, want the trigger's refusal naming the table and column", key, err)
+		}
 	}
-	if got := d.rows(`SELECT k FROM t`); got != "ok\n" {
+	if got := d.rows(`SELECT k, v FROM t`); got != "ok | 1\n" {
 		t.Errorf("rows: %q", got)
+	}
+	d.exec(`UPDATE t SET v = 3`)
+	if got := d.rows(`SELECT k, v FROM t`); got != "ok | 3\n" {
+		t.Errorf("rows after an update of v: %q", got)
 	}
 }
 

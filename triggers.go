@@ -60,9 +60,10 @@ func triggerSQL(t *tableInfo) map[string]string {
 // column's affinity made them.
 func ordinaryTriggers(t *tableInfo, mark func(string) string, name func(string) string) map[string]string {
 	tbl := quoteIdent(t.name)
-	// One statement: the key is checked as the mark is computed.
-	checked := func(r string) string {
-		return fmt.Sprintf("CASE WHEN %s THEN RAISE(ABORT, %s) ELSE %s END", t.badKey(r), quoteString(t.keyRefusal()), t.keyExpr(r))
+	// One statement: the key of row r is checked as the mark of record
+	// id is computed.
+	checked := func(r, id string) string {
+		return fmt.Sprintf("CASE WHEN %s THEN RAISE(ABORT, %s) ELSE %s END", t.badKey(r), quoteString(t.keyRefusal()), id)
 	}
 	keys := make([]string, len(t.keys))
 	moved := make([]string, len(t.keys))
@@ -71,11 +72,14 @@ func ordinaryTriggers(t *tableInfo, mark func(string) string, name func(string) 
 		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s", quoteIdent(k))
 	}
 	return map[string]string{
-		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked("NEW"))),
-		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s BEGIN %s END", quoteIdent(name("update")), tbl, mark(checked("NEW"))),
+		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked("NEW", t.keyExpr("NEW")))),
+		name("update"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE ON %s BEGIN %s END", quoteIdent(name("update")), tbl, mark(t.keyExpr("NEW"))),
 		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s END", quoteIdent(name("delete")), tbl, mark(t.keyExpr("OLD"))),
 		// A changed key deletes the old record and creates a new one.
-		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s WHEN %s BEGIN %s END", quoteIdent(name("rekey")), strings.Join(keys, ", "), tbl, strings.Join(moved, " OR "), mark(t.keyExpr("OLD"))),
+		// The new key is checked here: an update that leaves the key as
+		// it was (checked when its row was inserted) compiles neither
+		// the check nor this trigger.
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s WHEN %s BEGIN %s END", quoteIdent(name("rekey")), strings.Join(keys, ", "), tbl, strings.Join(moved, " OR "), mark(checked("NEW", t.keyExpr("OLD")))),
 	}
 }
 
