@@ -228,7 +228,7 @@ func BenchmarkSyncUpload(b *testing.B) {
 		db, eng := openBenchDB(b, remote)
 		insertPlain(b, db, "notes", n) // captured: n pending records
 		return eng
-	}, func(r Report) int { return r.ChangesSent })
+	}, insertPlain, func(r Report) int { return r.ChangesSent })
 }
 
 // BenchmarkSyncApply measures a sync that receives n new records from
@@ -242,13 +242,92 @@ func BenchmarkSyncApply(b *testing.B) {
 		}
 		_, eng := openBenchDB(b, remote)
 		return eng
+	}, insertPlain, func(r Report) int { return r.ChangesReceived })
+}
+
+// The ordinary table of the sync benchmarks: a composite key, typed
+// columns and a 512-byte BLOB, as seed 003's dot art has them; plain_dots
+// is its twin without the engine.
+const benchDotsSchema = `
+CREATE TABLE dots (uuid TEXT NOT NULL, gen INTEGER NOT NULL, pixel_data BLOB NOT NULL, title TEXT, acquired_at INTEGER NOT NULL, PRIMARY KEY (uuid, gen));
+CREATE TABLE plain_dots (uuid TEXT NOT NULL, gen INTEGER NOT NULL, pixel_data BLOB NOT NULL, title TEXT, acquired_at INTEGER NOT NULL, PRIMARY KEY (uuid, gen));`
+
+// openBenchDots opens a benchmark's device that syncs dots.
+func openBenchDots(b *testing.B, remote Remote) (*sql.DB, *Engine) {
+	b.Helper()
+	db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "bench.db")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(benchDotsSchema); err != nil {
+		b.Fatal(err)
+	}
+	eng, err := Open(context.Background(), db, Config{Remote: remote, Tables: []Table{{Name: "dots"}}, TempDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, eng
+}
+
+// insertDots plainly inserts n rows into table, of dots' shape, with
+// random uuids, in one transaction.
+func insertDots(b *testing.B, db *sql.DB, table string, n int) time.Duration {
+	pixels := make([]byte, 512)
+	start := time.Now()
+	tx, err := db.Begin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := tx.Prepare(`INSERT INTO ` + table + ` (uuid, gen, pixel_data, title, acquired_at) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		pixels[i%len(pixels)] = byte(i)
+		if _, err := st.Exec(uuid.NewString(), i%4, pixels, fmt.Sprint("dot ", i), 1764000000+i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st.Close()
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkSyncUploadOrdinary is BenchmarkSyncUpload on an ordinary
+// table, against plainly inserting as many rows into its twin.
+func BenchmarkSyncUploadOrdinary(b *testing.B) {
+	benchSync(b, func(b *testing.B, remote Remote, n int) *Engine {
+		db, eng := openBenchDots(b, remote)
+		insertDots(b, db, "dots", n)
+		return eng
+	}, func(b *testing.B, db *sql.DB, _ string, n int) time.Duration {
+		return insertDots(b, db, "plain_dots", n)
+	}, func(r Report) int { return r.ChangesSent })
+}
+
+// BenchmarkSyncApplyOrdinary is BenchmarkSyncApply on an ordinary table.
+func BenchmarkSyncApplyOrdinary(b *testing.B) {
+	benchSync(b, func(b *testing.B, remote Remote, n int) *Engine {
+		srcDB, src := openBenchDots(b, remote)
+		insertDots(b, srcDB, "dots", n)
+		if _, err := src.Sync(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		_, eng := openBenchDots(b, remote)
+		return eng
+	}, func(b *testing.B, db *sql.DB, _ string, n int) time.Duration {
+		return insertDots(b, db, "plain_dots", n)
 	}, func(r Report) int { return r.ChangesReceived })
 }
 
 // benchSync times, for 10k and 100k records, the sync of the engine that
 // prepare returns against inserting as many rows into a plain table of
-// the same database, and samples the peak heap during the sync.
-func benchSync(b *testing.B, prepare func(b *testing.B, remote Remote, n int) *Engine, moved func(Report) int) {
+// the same database (baseline), and samples the peak heap during the
+// sync.
+func benchSync(b *testing.B, prepare func(b *testing.B, remote Remote, n int) *Engine, baseline func(b *testing.B, db *sql.DB, table string, n int) time.Duration, moved func(Report) int) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			var syncT, plainT time.Duration
@@ -260,7 +339,7 @@ func benchSync(b *testing.B, prepare func(b *testing.B, remote Remote, n int) *E
 					b.Fatal(err)
 				}
 				eng := prepare(b, remote, n)
-				plainT += insertPlain(b, eng.db, "plain", n)
+				plainT += baseline(b, eng.db, "plain", n)
 				runtime.GC()
 				b.StartTimer()
 				stop := heapPeak()
