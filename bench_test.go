@@ -36,23 +36,36 @@ func benchContent(i int) string {
 // if one is given.
 func openBenchDB(b *testing.B, remote Remote, key ...Key) (*sql.DB, *Engine) {
 	b.Helper()
+	db := openSchemaDB(b, benchSchema)
+	cfg := Config{Remote: remote, Tables: []Table{{Name: "notes"}}, TempDir: b.TempDir()}
+	if len(key) > 0 {
+		cfg.Encryption = key[0]
+	}
+	return db, openBenchEngine(b, db, cfg)
+}
+
+// openSchemaDB opens a new database file of a benchmark's, with schema.
+func openSchemaDB(b *testing.B, schema string) *sql.DB {
+	b.Helper()
 	db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "bench.db")))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(benchSchema); err != nil {
+	if _, err := db.Exec(schema); err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Remote: remote, Tables: []Table{{Name: "notes"}}, TempDir: b.TempDir()}
-	if len(key) > 0 {
-		cfg.Encryption = key[0]
-	}
+	return db
+}
+
+// openBenchEngine opens the engine of a benchmark's database.
+func openBenchEngine(b *testing.B, db *sql.DB, cfg Config) *Engine {
+	b.Helper()
 	eng, err := Open(context.Background(), db, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return db, eng
+	return eng
 }
 
 // BenchmarkCapture compares write transactions on a synced table with the
@@ -146,15 +159,7 @@ func compareCapture(b *testing.B, synced, plain *sql.DB, rows int, before func(i
 
 func openPlainDB(b *testing.B) *sql.DB {
 	b.Helper()
-	db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "plain.db")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(benchSchema); err != nil {
-		b.Fatal(err)
-	}
-	return db
+	return openSchemaDB(b, benchSchema)
 }
 
 // heapPeak samples the live heap until stop is called.
@@ -200,17 +205,25 @@ func insertSorted(b *testing.B, db *sql.DB, table string, n int) time.Duration {
 
 // insertRows inserts n rows with the ids id gives, in one transaction.
 func insertRows(b *testing.B, db *sql.DB, table string, n int, id func(int) string) time.Duration {
+	return insertEach(b, db, `INSERT INTO `+table+` (id, content, title) VALUES (?, jsonb(?), ?)`, n, func(i int) []any {
+		return []any{id(i), benchContent(i), fmt.Sprint("note ", i)}
+	})
+}
+
+// insertEach runs insert n times, with the arguments args gives, in one
+// transaction, and returns how long it took.
+func insertEach(b *testing.B, db *sql.DB, insert string, n int, args func(int) []any) time.Duration {
 	start := time.Now()
 	tx, err := db.Begin()
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := tx.Prepare(`INSERT INTO ` + table + ` (id, content, title) VALUES (?, jsonb(?), ?)`)
+	st, err := tx.Prepare(insert)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i := range n {
-		if _, err := st.Exec(id(i), benchContent(i), fmt.Sprint("note ", i)); err != nil {
+		if _, err := st.Exec(args(i)...); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -255,45 +268,18 @@ CREATE TABLE plain_dots (uuid TEXT NOT NULL, gen INTEGER NOT NULL, pixel_data BL
 // openBenchDots opens a benchmark's device that syncs dots.
 func openBenchDots(b *testing.B, remote Remote) (*sql.DB, *Engine) {
 	b.Helper()
-	db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "bench.db")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(benchDotsSchema); err != nil {
-		b.Fatal(err)
-	}
-	eng, err := Open(context.Background(), db, Config{Remote: remote, Tables: []Table{{Name: "dots"}}, TempDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return db, eng
+	db := openSchemaDB(b, benchDotsSchema)
+	return db, openBenchEngine(b, db, Config{Remote: remote, Tables: []Table{{Name: "dots"}}, TempDir: b.TempDir()})
 }
 
 // insertDots plainly inserts n rows into table, of dots' shape, with
 // random uuids, in one transaction.
 func insertDots(b *testing.B, db *sql.DB, table string, n int) time.Duration {
 	pixels := make([]byte, 512)
-	start := time.Now()
-	tx, err := db.Begin()
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := tx.Prepare(`INSERT INTO ` + table + ` (uuid, gen, pixel_data, title, acquired_at) VALUES (?, ?, ?, ?, ?)`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range n {
+	return insertEach(b, db, `INSERT INTO `+table+` (uuid, gen, pixel_data, title, acquired_at) VALUES (?, ?, ?, ?, ?)`, n, func(i int) []any {
 		pixels[i%len(pixels)] = byte(i)
-		if _, err := st.Exec(uuid.NewString(), i%4, pixels, fmt.Sprint("dot ", i), 1764000000+i); err != nil {
-			b.Fatal(err)
-		}
-	}
-	st.Close()
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(start)
+		return []any{uuid.NewString(), i % 4, pixels, fmt.Sprint("dot ", i), 1764000000 + i}
+	})
 }
 
 // BenchmarkSyncUploadOrdinary is BenchmarkSyncUpload on an ordinary

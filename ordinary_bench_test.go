@@ -1,34 +1,21 @@
 package drivesync
 
 import (
-	"context"
 	"database/sql"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/uuid"
 )
 
-// BenchmarkCaptureOrdinary is BenchmarkCapture on an ordinary table (a
-// composite key, a 512-byte BLOB, typed columns): the same writes on a
+// BenchmarkCaptureOrdinary is BenchmarkCapture on an ordinary table (dots:
+// a composite key, a 512-byte BLOB, typed columns): the same writes on a
 // synced table and on an identical table in a database without the
 // engine, interleaved, in the same run.
 func BenchmarkCaptureOrdinary(b *testing.B) {
-	const schema = `CREATE TABLE dots (uuid TEXT NOT NULL, gen INTEGER NOT NULL, pixel_data BLOB NOT NULL,
-	title TEXT, acquired_at INTEGER NOT NULL, PRIMARY KEY (uuid, gen))`
 	open := func(synced bool) *sql.DB {
-		db, err := sql.Open("sqlite", testDSN(filepath.Join(b.TempDir(), "bench.db")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { db.Close() })
-		if _, err := db.Exec(schema); err != nil {
-			b.Fatal(err)
-		}
+		db := openSchemaDB(b, benchDotsSchema)
 		if synced {
-			if _, err := Open(context.Background(), db, Config{Remote: NewMemoryRemote(), Tables: []Table{{Name: "dots"}}, TempDir: b.TempDir()}); err != nil {
-				b.Fatal(err)
-			}
+			openBenchEngine(b, db, Config{Remote: NewMemoryRemote(), Tables: []Table{{Name: "dots"}}, TempDir: b.TempDir()})
 		}
 		return db
 	}
