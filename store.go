@@ -190,6 +190,7 @@ type tableInfo struct {
 
 	keys       []string               // an ordinary table's key columns, in key order
 	keyTypes   []byte                 // their affinity: 'i' INTEGER or NUMERIC, 't' TEXT, 'b' none
+	rowidKey   bool                   // the key is the rowid's alias (id INTEGER PRIMARY KEY)
 	fields     []string               // its other columns, each a member of the record
 	fieldSet   map[string]bool        // fields by name
 	defaults   map[string]jsonv.Value // the constant defaults of fields (see rowRecord)
@@ -448,7 +449,8 @@ WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY'`, t.Name)
 		return nil, err
 	}
 	rows.Close()
-	if len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !t.UniqueIntegerKey && !withoutRowid {
+	ti.rowidKey = len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !withoutRowid
+	if ti.rowidKey && !t.UniqueIntegerKey {
 		return nil, fmt.Errorf("drivesync: table %s: %s INTEGER PRIMARY KEY is SQLite's rowid, numbered 1, 2, 3… on each device, so two devices would create different records under one key: use a TEXT key of UUIDs, or a composite key such as (uuid, gen); if the app itself assigns integers unique across devices, set Table.UniqueIntegerKey", t.Name, keys[0].name)
 	}
 	ti.ordinarySQL()

@@ -69,7 +69,14 @@ func ordinaryTriggers(t *tableInfo, mark func(string) string, name func(string) 
 	moved := make([]string, len(t.keys))
 	for i, k := range t.keys {
 		keys[i] = quoteIdent(k)
-		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s", quoteIdent(k))
+		// A key is another record's when its type changes too: in a
+		// column without affinity the INTEGER 1 and the REAL 1.0 are
+		// equal, and 1.0 is no key at all.
+		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s OR typeof(OLD.%[1]s) <> typeof(NEW.%[1]s)", quoteIdent(k))
+	}
+	if t.rowidKey {
+		// The rowid's other names set the key too.
+		keys = append(keys, "rowid", "oid", "_rowid_")
 	}
 	return map[string]string{
 		name("insert"): fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked("NEW", t.keyExpr("NEW")))),
