@@ -148,6 +148,9 @@ type fileEntry struct {
 	// the paths it writes, for the conflict log (see conflicts.go).
 	// Readers that do not know it merge alike.
 	Seen json.RawMessage `json:"seen,omitempty"`
+	// canonical: Patch is spelled canonically, as the plain scan found
+	// (see entrydecode.go); not a member of the file.
+	canonical bool
 }
 
 type entryStamp struct {
@@ -476,27 +479,6 @@ func addCapped(a, b int64) int64 {
 	return a + b
 }
 
-// valueLimiter fails reads past limit, a position in the stream that the
-// decoder moves forward value by value.
-type valueLimiter struct {
-	r     io.Reader
-	read  int64
-	limit int64
-}
-
-func (v *valueLimiter) Read(p []byte) (int, error) {
-	room := v.limit - v.read
-	if room <= 0 {
-		return 0, fmt.Errorf("%w: one change is over the record size limit", errTooLarge)
-	}
-	if int64(len(p)) > room {
-		p = p[:room]
-	}
-	n, err := v.r.Read(p)
-	v.read += int64(n)
-	return n, err
-}
-
 // fileChange is a validated change, as the spool holds it.
 type fileChange struct {
 	table, record string
@@ -538,27 +520,26 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 		return fmt.Errorf("not gzip: %w", err)
 	}
 	defer gz.Close()
-	values := &valueLimiter{r: &limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"}, limit: math.MaxInt64}
-	dec := json.NewDecoder(values)
-	dec.UseNumber()
-	// json.Decoder buffers a whole value: bound each change (and each
+	s := newJSONStream(&limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"})
+	// The reader holds a whole value: bound each change (and each
 	// unknown member) to what a record may take, so that one huge change
-	// cannot make the decoder hold the whole file.
+	// cannot make it hold the whole file.
 	valueBound := boundFor(maxRecord)
-	bound := func() { values.limit = addCapped(dec.InputOffset(), valueBound) }
-	if err := expectDelim(dec, '{'); err != nil {
+	if err := s.delim('{'); err != nil {
 		return err
 	}
 	var format int64
 	var device string
 	sawChanges := false
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for n := 0; ; n++ {
+		key, ok, err := s.member(n)
 		if err != nil {
 			return err
 		}
-		key, _ := tok.(string)
+		if !ok {
+			break
+		}
 		if seen[key] {
 			// Readers disagree on repeated members (first or last
 			// wins?): an untrusted file must not be read two ways.
@@ -568,7 +549,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 		switch key {
 		case "format":
 			var n json.Number
-			if err := dec.Decode(&n); err != nil {
+			if err := s.decode(&n); err != nil {
 				return fmt.Errorf("format: %w", err)
 			}
 			if format, err = n.Int64(); err != nil || format < 1 {
@@ -578,7 +559,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				return fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, patchFormat)
 			}
 		case "device":
-			if err := dec.Decode(&device); err != nil {
+			if err := s.decode(&device); err != nil {
 				return fmt.Errorf("device: %w", err)
 			}
 			if device != wantDevice {
@@ -588,13 +569,9 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 			if format == 0 || device == "" {
 				return errors.New(`"format" and "device" must come before "changes"`)
 			}
-			if err := expectDelim(dec, '['); err != nil {
-				return fmt.Errorf("changes: %w", err)
-			}
-			for i := 0; dec.More(); i++ {
+			err := s.elements(valueBound, "change", func(i int, raw []byte) error {
 				var e fileEntry
-				bound()
-				if err := dec.Decode(&e); err != nil {
+				if err := decodeFileEntry(raw, &e); err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
 				c, err := validateEntry(e, format, maxRecord)
@@ -602,46 +579,23 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 					return fmt.Errorf("change %d: %w", i, err)
 				}
 				c.device = device
-				if err := emit(c); err != nil {
-					return err
-				}
-			}
-			if err := expectDelim(dec, ']'); err != nil {
+				return emit(c)
+			})
+			if err != nil {
 				return err
 			}
 			sawChanges = true
-		default:
-			var skip json.RawMessage // fields of later formats
-			bound()
-			if err := dec.Decode(&skip); err != nil {
+		default: // a member of a later format
+			s.setLimit(valueBound)
+			if err := s.skip(); err != nil {
 				return err
 			}
 		}
 	}
-	if err := expectDelim(dec, '}'); err != nil {
-		return err
-	}
 	if !sawChanges {
 		return errors.New(`no "changes"`)
 	}
-	switch _, err := dec.Token(); {
-	case err == io.EOF:
-		return nil
-	case err != nil:
-		return err // a read error, or malformed trailing data
-	}
-	return errors.New("data after the end of the file")
-}
-
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != want {
-		return fmt.Errorf("expected %q, found %v", want, tok)
-	}
-	return nil
+	return s.atEnd()
 }
 
 func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
@@ -684,15 +638,30 @@ func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
 	if e.Deleted {
 		return c, nil // its patch cannot matter
 	}
-	p, err := jsonv.ParseObject(e.Patch, jsonv.Options{KeepNulls: true})
+	patch, err := canonicalObject(e.Patch, e.canonical, jsonv.Options{KeepNulls: true})
 	if err != nil {
 		return fileChange{}, fmt.Errorf("patch of %s/%s: %w", e.Table, e.Record, err)
 	}
-	c.patch = jsonv.Encode(p)
+	c.patch = patch
 	if len(e.Seen) > 0 && len(e.Seen) <= maxSeen {
 		c.seen = e.Seen // read when applied; one that cannot be read logs nothing
 	}
 	return c, nil
+}
+
+// canonicalObject returns the canonical encoding of the JSON object data:
+// data itself where it is spelled canonically already (known says it was
+// checked to be), as the files the engine writes are, else the encoding
+// of its parsed tree.
+func canonicalObject(data []byte, known bool, opt jsonv.Options) ([]byte, error) {
+	if len(data) > 0 && data[0] == '{' && (known || jsonv.Canonical(data, opt)) {
+		return data, nil
+	}
+	v, err := jsonv.ParseObject(data, opt)
+	if err != nil {
+		return nil, err
+	}
+	return jsonv.Encode(v), nil
 }
 
 // A spool is a local temporary file of validated changes, written once

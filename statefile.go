@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+
 	"time"
 
 	"github.com/drivesync/drivesync/internal/merge"
@@ -155,6 +155,9 @@ type stateEntry struct {
 	State   json.RawMessage `json:"state"`
 	Clock   json.RawMessage `json:"clock"`
 	Deleted bool            `json:"is_deleted"`
+	// canonical: State is spelled canonically, as the plain scan found
+	// (see entrydecode.go); not a member of the file.
+	canonical bool
 }
 
 // decodeStateFile reads a snapshot or merge file from r (gzip), checks its
@@ -170,32 +173,31 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 	}
 	defer gz.Close()
 	maxRecord := l.MaxRecordSize
-	values := &valueLimiter{r: &limitedReader{r: gz, n: l.MaxSnapshotSize, what: "uncompressed content"}, limit: math.MaxInt64}
-	dec := json.NewDecoder(values)
-	dec.UseNumber()
+	s := newJSONStream(&limitedReader{r: gz, n: l.MaxSnapshotSize, what: "uncompressed content"})
 	valueBound := addCapped(boundFor(maxRecord), addCapped(maxRecord, maxRecord)) // content and clock
-	bound := func() { values.limit = addCapped(dec.InputOffset(), valueBound) }
-	if err := expectDelim(dec, '{'); err != nil {
+	if err := s.delim('{'); err != nil {
 		return h, err
 	}
 	var format int64
 	seen := map[string]bool{}
 	devices := map[string]bool{} // device ids already checked
-	for dec.More() {
-		tok, err := dec.Token()
+	for n := 0; ; n++ {
+		key, ok, err := s.member(n)
 		if err != nil {
 			return h, err
 		}
-		key, _ := tok.(string)
+		if !ok {
+			break
+		}
 		if seen[key] {
 			return h, fmt.Errorf("member %q appears twice", key)
 		}
 		seen[key] = true
-		bound()
+		s.setLimit(valueBound)
 		switch key {
 		case "format":
 			var n json.Number
-			if err := dec.Decode(&n); err != nil {
+			if err := s.decode(&n); err != nil {
 				return h, fmt.Errorf("format: %w", err)
 			}
 			if format, err = n.Int64(); err != nil || format < 1 {
@@ -205,23 +207,23 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 				return h, fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, stateFormat)
 			}
 		case "device":
-			if err := dec.Decode(&h.device); err != nil {
+			if err := s.decode(&h.device); err != nil {
 				return h, fmt.Errorf("device: %w", err)
 			}
 			if h.device != wantDevice {
 				return h, fmt.Errorf("file says device %q but its name says %q", h.device, wantDevice)
 			}
 		case "store":
-			if err := dec.Decode(&h.store); err != nil {
+			if err := s.decode(&h.store); err != nil {
 				return h, fmt.Errorf("store: %w", err)
 			}
 		case "verified":
-			if err := dec.Decode(&h.verified); err != nil {
+			if err := s.decode(&h.verified); err != nil {
 				return h, fmt.Errorf("verified: %w", err)
 			}
 		case "covers", "cutoff":
 			var text string
-			if err := dec.Decode(&text); err != nil {
+			if err := s.decode(&text); err != nil {
 				return h, fmt.Errorf("%s: %w", key, err)
 			}
 			at, err := time.Parse(time.RFC3339Nano, text)
@@ -236,9 +238,9 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 		case "included", "knows":
 			// Lists of file names have their own bound, not a record's:
 			// a busy store holds many files.
-			values.limit = dec.InputOffset() + l.MaxHeldFiles*(maxHeldName+4) + 64<<10
+			s.setLimit(l.MaxHeldFiles*(maxHeldName+4) + 64<<10)
 			var names []string
-			if err := dec.Decode(&names); err != nil {
+			if err := s.decode(&names); err != nil {
 				return h, fmt.Errorf("%s: %w", key, err)
 			}
 			if int64(len(names)) > l.MaxHeldFiles {
@@ -266,46 +268,30 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 			if emit == nil {
 				return h, nil
 			}
-			if err := expectDelim(dec, '['); err != nil {
-				return h, fmt.Errorf("records: %w", err)
-			}
-			for i := 0; dec.More(); i++ {
+			err := s.elements(valueBound, "record", func(i int, raw []byte) error {
 				var e stateEntry
-				bound()
-				if err := dec.Decode(&e); err != nil {
-					return h, fmt.Errorf("record %d: %w", i, err)
+				if err := decodeStateEntry(raw, &e); err != nil {
+					return fmt.Errorf("record %d: %w", i, err)
 				}
 				c, err := validateStateEntry(e, maxRecord, devices)
 				if err != nil {
-					return h, fmt.Errorf("record %d: %w", i, err)
+					return fmt.Errorf("record %d: %w", i, err)
 				}
-				if err := emit(c); err != nil {
-					return h, err
-				}
-			}
-			if err := expectDelim(dec, ']'); err != nil {
+				return emit(c)
+			})
+			if err != nil {
 				return h, err
 			}
-		default:
-			var skip json.RawMessage // members of later formats
-			if err := dec.Decode(&skip); err != nil {
+		default: // members of later formats
+			if err := s.skip(); err != nil {
 				return h, err
 			}
 		}
 	}
-	if err := expectDelim(dec, '}'); err != nil {
-		return h, err
-	}
 	if !seen["records"] {
 		return h, errors.New(`no "records"`)
 	}
-	switch _, err := dec.Token(); {
-	case err == io.EOF:
-		return h, nil
-	case err != nil:
-		return h, err
-	}
-	return h, errors.New("data after the end of the file")
+	return h, s.atEnd()
 }
 
 // validateStateEntry checks one record of a state file and returns it in
@@ -321,19 +307,23 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	if int64(len(e.State)) > maxRecord || int64(len(e.Clock)) > 2*maxRecord {
 		return fileChange{}, fmt.Errorf("%w: record %s/%s is over the %d-byte record limit", errTooLarge, e.Table, e.Record, maxRecord)
 	}
-	content, err := jsonv.ParseObject(e.State, jsonv.Options{})
-	if err != nil {
-		return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
-	}
 	if at, ok := merge.ParseFreshClock(e.Clock); ok && !e.Deleted {
 		// A record one write made, every path at its root's stamp: the
 		// state DecodeState would build and EncodeState write back, with
 		// no tree (see merge.FreshClock).
+		data, err := canonicalObject(e.State, e.canonical, jsonv.Options{})
+		if err != nil {
+			return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
+		}
 		if err := merge.CheckStamp(at, devices); err != nil {
 			return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
 		}
-		return fileChange{table: e.Table, record: e.Record, patch: jsonv.Encode(content), clock: e.Clock, // FreshClock's bytes
+		return fileChange{table: e.Table, record: e.Record, patch: data, clock: e.Clock, // FreshClock's bytes
 			version: at.Version, device: at.Device}, nil
+	}
+	content, err := jsonv.ParseObject(e.State, jsonv.Options{})
+	if err != nil {
+		return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
 	}
 	n, err := merge.DecodeState(content, e.Clock, e.Deleted)
 	if err == nil {

@@ -665,3 +665,166 @@ func (v Value) String() (string, bool) {
 	s, err := unquote(v.Leaf)
 	return s, err == nil
 }
+
+// Canonical reports whether data is already the canonical encoding of the
+// value it holds, that is whether Parse succeeds on it with opt and Encode
+// gives back the same bytes. It allocates nothing, so a reader can keep
+// bytes that are canonical as they are instead of building their tree.
+// It may report false for a few canonical encodings (an object key with
+// an escape in it); the caller then parses, and loses only time.
+func Canonical(data []byte, opt Options) bool {
+	if opt.MaxDepth <= 0 {
+		opt.MaxDepth = DefaultMaxDepth
+	}
+	c := checker{data: data, keepNulls: opt.KeepNulls, maxDepth: opt.MaxDepth}
+	return c.value(0, false) && c.pos == len(data)
+}
+
+type checker struct {
+	data      []byte
+	pos       int
+	keepNulls bool
+	maxDepth  int
+}
+
+func (c *checker) value(depth int, inArray bool) bool {
+	if c.pos >= len(c.data) {
+		return false
+	}
+	switch b := c.data[c.pos]; {
+	case b == '{':
+		return depth < c.maxDepth && c.object(depth+1, inArray)
+	case b == '[':
+		return depth < c.maxDepth && c.array(depth+1)
+	case b == '"':
+		_, ok := c.str()
+		return ok
+	case b == '-' || (b >= '0' && b <= '9'):
+		p := parser{data: c.data, pos: c.pos}
+		if p.number() != nil {
+			return false
+		}
+		c.pos = p.pos
+		return true
+	}
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if bytes.HasPrefix(c.data[c.pos:], []byte(lit)) {
+			c.pos += len(lit)
+			return true
+		}
+	}
+	return false
+}
+
+// object checks an object: members sorted by key with no key twice, and
+// no null member where Parse would drop it.
+func (c *checker) object(depth int, inArray bool) bool {
+	c.pos++ // '{'
+	if c.pos < len(c.data) && c.data[c.pos] == '}' {
+		c.pos++
+		return true
+	}
+	var prev []byte
+	for first := true; ; first = false {
+		key, ok := c.str()
+		// A key with an escape sorts by its decoded bytes: left to Parse.
+		if !ok || bytes.IndexByte(key, '\\') >= 0 || (!first && bytes.Compare(prev, key) >= 0) {
+			return false
+		}
+		prev = key
+		if c.pos >= len(c.data) || c.data[c.pos] != ':' {
+			return false
+		}
+		c.pos++
+		if !inArray && !c.keepNulls && bytes.HasPrefix(c.data[c.pos:], nullBytes) {
+			return false
+		}
+		if !c.value(depth, inArray) || c.pos >= len(c.data) {
+			return false
+		}
+		switch c.data[c.pos] {
+		case ',':
+			c.pos++
+		case '}':
+			c.pos++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (c *checker) array(depth int) bool {
+	c.pos++ // '['
+	if c.pos < len(c.data) && c.data[c.pos] == ']' {
+		c.pos++
+		return true
+	}
+	for {
+		if !c.value(depth, true) || c.pos >= len(c.data) {
+			return false
+		}
+		switch c.data[c.pos] {
+		case ',':
+			c.pos++
+		case ']':
+			c.pos++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// str checks a string at c.pos spelled as AppendString spells it, and
+// returns what is between its quotes.
+func (c *checker) str() ([]byte, bool) {
+	if c.pos >= len(c.data) || c.data[c.pos] != '"' {
+		return nil, false
+	}
+	d := c.data
+	start := c.pos + 1
+	for i := start; i < len(d); {
+		b := d[i]
+		switch {
+		case b == '"':
+			c.pos = i + 1
+			return d[start:i], true
+		case b < 0x20:
+			return nil, false
+		case b == '\\':
+			if i+1 >= len(d) {
+				return nil, false
+			}
+			switch d[i+1] {
+			case '"', '\\', 'n', 'r', 't', 'b', 'f':
+				i += 2
+			case 'u':
+				// Only a control character without a short form.
+				if i+6 > len(d) || d[i+2] != '0' || d[i+3] != '0' || (d[i+4] != '0' && d[i+4] != '1') {
+					return nil, false
+				}
+				h := strings.IndexByte(hexDigits, d[i+5])
+				if h < 0 {
+					return nil, false
+				}
+				switch ch := (d[i+4]-'0')<<4 | byte(h); ch {
+				case '\n', '\r', '\t', '\b', '\f':
+					return nil, false
+				}
+				i += 6
+			default:
+				return nil, false
+			}
+		case b < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(d[i:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, false
+			}
+			i += size
+		}
+	}
+	return nil, false
+}

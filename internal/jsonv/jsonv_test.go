@@ -1,6 +1,7 @@
 package jsonv
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -100,4 +101,62 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("not a fixed point: %q -> %q", enc, got)
 		}
 	})
+}
+
+// FuzzCanonical checks Canonical against Parse and Encode: whatever it
+// accepts parses and encodes to the same bytes, and the encoding of any
+// value whose keys have no escapes is accepted.
+func FuzzCanonical(f *testing.F) {
+	for _, s := range []string{`{"a":1,"b":{"c":null}}`, `{"b":1,"a":2}`, `{"a":"x\ny\u0001\"\\"}`, `{"a":"\u000a"}`, `[{"b":null,"a":1}]`,
+		`{"a":[1,2,{"z":null}]}`, `{"a":"\/"}`, `{"a":1,"a":2}`, `{"é":1,"e":2}`, `{"k":"\u00e9"}`, `{"a":null}`, `{"a": 1}`, `{"a\"b":1}`} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, keepNulls bool) {
+		opt := Options{KeepNulls: keepNulls, MaxDepth: 16}
+		v, err := Parse(data, opt)
+		if Canonical(data, opt) {
+			if err != nil {
+				t.Fatalf("Canonical accepted %q, which Parse refuses: %v", data, err)
+			}
+			if enc := Encode(v); !bytes.Equal(enc, data) {
+				t.Fatalf("Canonical accepted %q, whose encoding is %q", data, enc)
+			}
+		}
+		if err != nil {
+			return
+		}
+		enc := Encode(v)
+		if !Canonical(enc, opt) && !escapedKey(t, enc) {
+			t.Fatalf("Canonical refused the encoding %q", enc)
+		}
+	})
+}
+
+// escapedKey reports whether the JSON data has an object key that needs
+// an escape, at any depth.
+func escapedKey(t *testing.T, data []byte) bool {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, m := range v {
+				if strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' }) || walk(m) {
+					return true
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
 }
