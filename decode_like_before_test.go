@@ -2,25 +2,41 @@ package drivesync
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// decodeBoth reads data (not gzipped) with the current patch- and
-// state-file readers and with the earlier ones, and fails t where they
-// disagree: on whether the file is read, on what it holds, or on whether
-// it is of an unsupported format.
-func decodeBoth(t *testing.T, data []byte, l Limits) {
+// decodeBoth reads data, gzipped, with the current patch- and state-file
+// readers and with the earlier ones, and fails t where they disagree: on
+// whether the file is read, on what it holds, or on whether it is of an
+// unsupported format. With broken, it also reads the gzip stream cut
+// before its trailer, with a wrong checksum and with bytes after it,
+// each under l and under a limit of exactly data's length (where the
+// earlier readers never read the trailer).
+func decodeBoth(t *testing.T, data []byte, l Limits, broken bool) {
 	t.Helper()
-	var gz bytes.Buffer
-	w := gzip.NewWriter(&gz)
-	w.Write(data)
-	w.Close()
-	in := gz.Bytes()
+	in := gzipBytes(data)
+	decodeBothGzip(t, data, in, l)
+	if !broken {
+		return
+	}
+	badCRC := slices.Clone(in)
+	badCRC[len(badCRC)-8] ^= 0xff
+	exact := l
+	exact.MaxExpandedSize, exact.MaxSnapshotSize = max(int64(len(data)), 1), max(int64(len(data)), 1)
+	for _, in := range [][]byte{in, in[:len(in)-4], badCRC, append(slices.Clone(in), "xy"...)} {
+		decodeBothGzip(t, data, in, l)
+		decodeBothGzip(t, data, in, exact)
+	}
+}
+
+// decodeBothGzip is decodeBoth on in, the gzip stream of data.
+func decodeBothGzip(t *testing.T, data, in []byte, l Limits) {
+	t.Helper()
 	collect := func(out *[]fileChange) func(fileChange) error {
 		return func(c fileChange) error { *out = append(*out, c); return nil }
 	}
@@ -71,7 +87,7 @@ func FuzzDecodeLikeBefore(f *testing.F) {
 		if expanded > 0 {
 			l.MaxExpandedSize, l.MaxSnapshotSize = int64(expanded), int64(expanded)
 		}
-		decodeBoth(t, data, l)
+		decodeBoth(t, data, l, true)
 	})
 }
 
@@ -131,14 +147,14 @@ func TestDecodeBoundsLikeBefore(t *testing.T) {
 					continue
 				}
 				data := []byte(fmt.Sprintf(filled, args(strings.Repeat(" ", pad))...))
-				decodeBoth(t, data, l)
+				decodeBoth(t, data, l, false)
 				cases++
 				if pad%16 == 0 {
 					// And the whole file's limit on each side of its length.
 					for e := -1; e <= 1; e++ {
 						m := l
 						m.MaxExpandedSize, m.MaxSnapshotSize = int64(len(data)+e), int64(len(data)+e)
-						decodeBoth(t, data, m)
+						decodeBoth(t, data, m, false)
 					}
 				}
 			}

@@ -12,16 +12,22 @@ import (
 // jsonStream reads the JSON of a patch or state file value by value. It
 // reads as json.Decoder does, and as the engine read these files with it:
 // a device on an older app version must accept and refuse exactly the
-// files this one does, up to the limits' bounds. So it keeps the
-// decoder's rules:
+// files this one does, and where a file meets a bound that depends on
+// how the decoder read it. So it reads as the decoder did, down to its
+// buffer:
 //
-//   - Whitespace before a token is consumed when the next token is looked
-//     at, and Offset counts it as read.
+//   - The same reads, of the same sizes: the buffer starts at 512 bytes,
+//     grows to twice its size and 512 more when less than 512 are free,
+//     and keeps from the start of the token being read (whitespace before
+//     a token is kept until the token is found). No read goes past the
+//     limit, and a read at the limit fails with errTooLarge, as a reader
+//     bounded there fails.
+//   - A read's error counts only once its bytes are used up and the token
+//     needs more: an error (io.EOF too) that comes with the bytes that
+//     complete the token is dropped, and the next token reads again.
 //   - An object or array ends at its closing bracket; a string, number or
-//     literal ends only when the byte after it has been looked at (or the
-//     stream ended), as a scanner that stops on a delimiter must.
-//   - No byte at or past limit may be looked at: that is errTooLarge, even
-//     where the stream would have ended there.
+//     literal ends only when the byte after it has been looked at, or the
+//     stream ended, as a scanner that stops on a delimiter must.
 //
 // What json.Decoder checks byte by byte, it leaves to the callers: each
 // value is returned as bytes, found by matching brackets, and must be
@@ -30,88 +36,80 @@ import (
 type jsonStream struct {
 	r     io.Reader
 	buf   []byte
-	i     int   // next unread byte of buf
+	i     int   // start of the token being read (json.Decoder's scanp)
 	base  int64 // stream offset of buf[0]
-	limit int64 // stream offset of the first byte no read may look at
-	err   error // the error of the read after buf's bytes, once seen
+	limit int64 // stream offset past which no read goes
+	// pending is the error of the token's last read, reported once the
+	// token needs bytes past that read's.
+	pending error
 }
 
 func newJSONStream(r io.Reader) *jsonStream {
-	return &jsonStream{r: r, buf: make([]byte, 0, 64<<10), limit: math.MaxInt64}
+	return &jsonStream{r: r, limit: math.MaxInt64}
 }
 
 // Offset is the stream offset of the next unread byte.
 func (s *jsonStream) Offset() int64 { return s.base + int64(s.i) }
 
-// setLimit lets the reader look at the n bytes from the next unread one,
+// setLimit lets the reader read the n bytes from the next unread one,
 // and no further.
 func (s *jsonStream) setLimit(n int64) { s.limit = addCapped(s.Offset(), n) }
 
-// end is how far into buf the reader may look.
-func (s *jsonStream) end() int {
-	if room := s.limit - s.base; room < int64(len(s.buf)) {
-		return int(max(room, 0))
+// refill reads once more, keeping buf[s.i:], as json.Decoder.refill does.
+func (s *jsonStream) refill() error {
+	if s.i > 0 {
+		n := copy(s.buf, s.buf[s.i:])
+		s.buf = s.buf[:n]
+		s.base += int64(s.i)
+		s.i = 0
 	}
-	return len(s.buf)
-}
-
-// more reads at least one byte past buf's end, keeping buf[s.i:]. It
-// fails with errTooLarge where that byte is at or past the limit, and
-// with the read's error (io.EOF at the end of the stream).
-func (s *jsonStream) more() error {
-	if s.base+int64(len(s.buf)) >= s.limit {
+	const minRead = 512
+	if cap(s.buf)-len(s.buf) < minRead {
+		s.buf = append(make([]byte, 0, 2*cap(s.buf)+minRead), s.buf...)
+	}
+	p := s.buf[len(s.buf):cap(s.buf)]
+	room := s.limit - s.base - int64(len(s.buf))
+	if room <= 0 {
 		return fmt.Errorf("%w: one change is over the record size limit", errTooLarge)
 	}
-	for s.err == nil {
-		if s.i > 0 {
-			n := copy(s.buf, s.buf[s.i:])
-			s.buf = s.buf[:n]
-			s.base += int64(s.i)
-			s.i = 0
-		}
-		if len(s.buf) == cap(s.buf) {
-			s.buf = append(make([]byte, 0, 2*cap(s.buf)), s.buf...)
-		}
-		// Never past the limit, as a reader bounded by it would not.
-		room := min(int64(cap(s.buf)-len(s.buf)), s.limit-s.base-int64(len(s.buf)))
-		n, err := s.r.Read(s.buf[len(s.buf) : len(s.buf)+int(room)])
-		s.buf = s.buf[:len(s.buf)+n]
-		s.err = err
-		if n > 0 {
-			return nil
-		}
+	if int64(len(p)) > room {
+		p = p[:room]
 	}
-	return s.err
+	n, err := s.r.Read(p)
+	s.buf = s.buf[:len(s.buf)+n]
+	return err
 }
 
-// at returns the byte p bytes past the next unread one, reading as
-// needed; ok is false at the end of the stream.
+// at returns the byte p bytes past the token's start, reading as needed:
+// ok is false where the stream ended before it.
 func (s *jsonStream) at(p int) (c byte, ok bool, err error) {
-	for s.i+p >= s.end() {
-		if err := s.more(); err != nil {
-			if err == io.EOF {
+	for s.i+p >= len(s.buf) {
+		if s.pending != nil {
+			if s.pending == io.EOF {
 				return 0, false, nil
 			}
-			return 0, false, err
+			return 0, false, s.pending
 		}
+		s.pending = s.refill()
 	}
 	return s.buf[s.i+p], true, nil
 }
 
-// peek consumes whitespace and returns the next byte, unread.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// peek returns the next byte that is not whitespace, unread; the
+// whitespace before it is read.
 func (s *jsonStream) peek() (byte, error) {
-	for {
-		c, ok, err := s.at(0)
+	s.pending = nil
+	for p := 0; ; p++ {
+		c, ok, err := s.at(p)
 		switch {
 		case err != nil:
 			return 0, err
 		case !ok:
 			return 0, io.EOF
-		}
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
+		case !isSpace(c):
+			s.i += p
 			return c, nil
 		}
 	}
@@ -133,13 +131,27 @@ func (s *jsonStream) delim(want byte) error {
 // value reads the next value, after whitespace, and returns its bytes,
 // valid until the next read.
 func (s *jsonStream) value() ([]byte, error) {
-	c, err := s.peek()
-	if err != nil {
-		return nil, err
+	s.pending = nil
+	// The token is buf[s.i:s.i+p] so far, whitespace first: s.i stays at
+	// its start until it is read whole, so that refill keeps it.
+	p := 0
+	var c byte
+	for {
+		b, ok, err := s.at(p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if !isSpace(b) {
+			c = b
+			break
+		}
+		p++
 	}
-	// The value is buf[s.i:s.i+p] so far: s.i stays at its start until
-	// it is read whole, so that more keeps it.
-	p := 1
+	start := p
+	p++
 	switch c {
 	case '{', '[', '"':
 		depth, inString, escaped := 1, c == '"', false
@@ -147,22 +159,20 @@ func (s *jsonStream) value() ([]byte, error) {
 			depth = 0
 		}
 		for done := false; !done; {
-			end := s.end() - s.i
-			for ; p < end; p++ {
+			for ; s.i+p < len(s.buf); p++ {
 				b := s.buf[s.i+p]
 				switch {
 				case escaped:
 					escaped = false
 				case inString:
 					// Jump to the string's next quote or backslash.
-					if k := quoteOrEscape(s.buf[s.i+p : s.i+end]); k < 0 {
-						p = end - 1
+					k := quoteOrEscape(s.buf[s.i+p:])
+					if k < 0 {
+						p = len(s.buf) - s.i - 1
 						continue
-					} else {
-						p += k
-						b = s.buf[s.i+p]
 					}
-					if b == '\\' {
+					p += k
+					if s.buf[s.i+p] == '\\' {
 						escaped = true
 					} else {
 						inString = false
@@ -184,11 +194,10 @@ func (s *jsonStream) value() ([]byte, error) {
 			if done {
 				break
 			}
-			if err := s.more(); err != nil {
-				if err == io.EOF {
-					return nil, io.ErrUnexpectedEOF
-				}
+			if _, ok, err := s.at(p); err != nil {
 				return nil, err
+			} else if !ok {
+				return nil, io.ErrUnexpectedEOF
 			}
 		}
 		if c == '"' {
@@ -198,25 +207,27 @@ func (s *jsonStream) value() ([]byte, error) {
 			}
 		}
 	default:
-		end, err := s.scalar(c)
+		n, err := s.scalar(start, c)
 		if err != nil {
 			return nil, err
 		}
-		p = end
+		p = start + n
 	}
-	v := s.buf[s.i : s.i+p]
+	v := s.buf[s.i+start : s.i+p]
 	s.i += p
 	return v, nil
 }
 
-// scalar reads a number or a literal, which starts with c, as a
+// scalar reads a number or a literal, which starts with c start bytes
+// past the token's start, as a
 // scanner does: it ends at the first byte its grammar cannot take once it
 // is whole (that byte is looked at, not read), and is malformed at the
 // first byte its grammar cannot take before. It returns its length.
-func (s *jsonStream) scalar(c byte) (int, error) {
+func (s *jsonStream) scalar(start int, c byte) (int, error) {
 	bad := func(p int, b byte) error {
-		return fmt.Errorf("invalid character %q in a number or literal at offset %d", b, s.Offset()+int64(p))
+		return fmt.Errorf("invalid character %q in a number or literal at offset %d", b, s.Offset()+int64(start+p))
 	}
+	at := func(p int) (byte, bool, error) { return s.at(start + p) }
 	lit := ""
 	switch c {
 	case 't':
@@ -228,7 +239,7 @@ func (s *jsonStream) scalar(c byte) (int, error) {
 	}
 	if lit != "" {
 		for p := 1; p < len(lit); p++ {
-			b, ok, err := s.at(p)
+			b, ok, err := at(p)
 			switch {
 			case err != nil:
 				return 0, err
@@ -238,7 +249,7 @@ func (s *jsonStream) scalar(c byte) (int, error) {
 				return 0, bad(p, b)
 			}
 		}
-		if _, _, err := s.at(len(lit)); err != nil {
+		if _, _, err := at(len(lit)); err != nil {
 			return 0, err
 		}
 		return len(lit), nil
@@ -266,7 +277,7 @@ func (s *jsonStream) scalar(c byte) (int, error) {
 		return 0, bad(0, c)
 	}
 	for p := 1; ; p++ {
-		b, ok, err := s.at(p)
+		b, ok, err := at(p)
 		if err != nil {
 			return 0, err
 		}
@@ -323,17 +334,7 @@ func (s *jsonStream) scalar(c byte) (int, error) {
 
 // quoteOrEscape is the index in b of the first '"' or '\\', or -1.
 func quoteOrEscape(b []byte) int {
-	q := bytes.IndexByte(b, '"')
-	if q < 0 {
-		q = len(b)
-	}
-	if e := bytes.IndexByte(b[:q], '\\'); e >= 0 {
-		return e
-	}
-	if q == len(b) {
-		return -1
-	}
-	return q
+	return bytes.IndexAny(b, `"\`)
 }
 
 // atEnd checks that only whitespace follows, to the end of the stream.
