@@ -34,20 +34,22 @@ func decodeBoth(t *testing.T, data []byte, l Limits, broken bool) {
 	}
 }
 
+// collectChanges is a reader's emit that appends to out.
+func collectChanges(out *[]fileChange) func(fileChange) error {
+	return func(c fileChange) error { *out = append(*out, c); return nil }
+}
+
 // decodeBothGzip is decodeBoth on in, the gzip stream of data.
 func decodeBothGzip(t *testing.T, data, in []byte, l Limits) {
 	t.Helper()
-	collect := func(out *[]fileChange) func(fileChange) error {
-		return func(c fileChange) error { *out = append(*out, c); return nil }
-	}
 	var got, want []fileChange
-	gerr := decodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collect(&got))
-	werr := refDecodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collect(&want))
+	gerr := decodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&got))
+	werr := refDecodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&want))
 	sameResult(t, "patch file", data, gerr, werr, got, want)
 
 	got, want = nil, nil
-	gh, gerr := decodeStateFile(bytes.NewReader(in), "d", l, collect(&got))
-	wh, werr := refDecodeStateFile(bytes.NewReader(in), "d", l, collect(&want))
+	gh, gerr := decodeStateFile(bytes.NewReader(in), "d", l, collectChanges(&got))
+	wh, werr := refDecodeStateFile(bytes.NewReader(in), "d", l, collectChanges(&want))
 	sameResult(t, "state file", data, gerr, werr, got, want)
 	if gerr == nil && !reflect.DeepEqual(gh, wh) {
 		t.Fatalf("state file %.200q: header %+v, before %+v", data, gh, wh)

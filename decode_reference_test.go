@@ -8,10 +8,14 @@ import (
 	"io"
 	"math"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 // The patch- and state-file readers of earlier versions, which read with
-// json.Decoder, kept as the reference the current readers must match on
+// json.Decoder and validated each change by parsing it, kept as the
+// reference the current readers must match on
 // every input (FuzzDecodeLikeBefore): devices on older app versions read
 // the same store.
 
@@ -101,7 +105,7 @@ func refDecodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord i
 				if err := dec.Decode(&e); err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
-				c, err := validateEntry(e, format, maxRecord)
+				c, err := refValidateEntry(e, format, maxRecord)
 				if err != nil {
 					return fmt.Errorf("change %d: %w", i, err)
 				}
@@ -261,7 +265,7 @@ func refDecodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(file
 				if err := dec.Decode(&e); err != nil {
 					return h, fmt.Errorf("record %d: %w", i, err)
 				}
-				c, err := validateStateEntry(e, maxRecord, devices)
+				c, err := refValidateStateEntry(e, maxRecord, devices)
 				if err != nil {
 					return h, fmt.Errorf("record %d: %w", i, err)
 				}
@@ -292,4 +296,94 @@ func refDecodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(file
 		return h, err
 	}
 	return h, errors.New("data after the end of the file")
+}
+
+func refValidateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {
+	if err := merge.CheckTableName(e.Table); err != nil {
+		return fileChange{}, err
+	}
+	if e.Record == "" || len(e.Record) > merge.MaxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), merge.MaxRecordIDLen)
+	}
+	if e.Version < 1 || e.Version > merge.MaxVersion {
+		return fileChange{}, fmt.Errorf("sync_version %d out of range (1-%d)", e.Version, int64(merge.MaxVersion))
+	}
+	if int64(len(e.Patch)) > maxRecord {
+		// Checked before parsing: a parsed tree takes many times its
+		// text's size.
+		return fileChange{}, fmt.Errorf("%w: patch of %s/%s has %d bytes, over the %d-byte record limit", errTooLarge, e.Table, e.Record, len(e.Patch), maxRecord)
+	}
+	c := fileChange{table: e.Table, record: e.Record, deleted: e.Deleted, version: e.Version, patch: []byte("{}")}
+	switch {
+	case e.Reset != nil && (format < 3 || !e.Replaces):
+		return fileChange{}, fmt.Errorf("%s/%s: a reset belongs only to a replacing write of format 3", e.Table, e.Record)
+	case e.Replaces && format >= 3 && e.Reset == nil:
+		return fileChange{}, fmt.Errorf("%s/%s: a replacing write of format 3 must name its reset", e.Table, e.Record)
+	case e.Replaces && format >= 3:
+		if e.Reset.Version < 1 || e.Reset.Version >= e.Version || merge.CheckDeviceID(e.Reset.Device) != nil {
+			return fileChange{}, fmt.Errorf("%s/%s: reset {%d %q} must be a valid stamp below the write's version %d", e.Table, e.Record, e.Reset.Version, e.Reset.Device, e.Version)
+		}
+		if e.Deleted {
+			return fileChange{}, fmt.Errorf("%s/%s: a replacing patch cannot be a delete", e.Table, e.Record)
+		}
+		c.flags |= changeReplaces
+		c.reset = merge.Stamp{Version: e.Reset.Version, Device: e.Reset.Device}
+	case e.Replaces && (format < 2 || e.Deleted || e.Version < 2):
+		return fileChange{}, fmt.Errorf("%s/%s: a replacing patch must be a format 2 write of version 2 or more", e.Table, e.Record)
+	case e.Replaces:
+		c.flags |= changeReplaces
+	case e.Deleted && format == 1:
+		c.flags |= changeHard
+	}
+	if e.Deleted {
+		return c, nil // its patch cannot matter
+	}
+	p, err := jsonv.ParseObject(e.Patch, jsonv.Options{KeepNulls: true})
+	if err != nil {
+		return fileChange{}, fmt.Errorf("patch of %s/%s: %w", e.Table, e.Record, err)
+	}
+	c.patch = jsonv.Encode(p)
+	if len(e.Seen) > 0 && len(e.Seen) <= maxSeen {
+		c.seen = e.Seen // read when applied; one that cannot be read logs nothing
+	}
+	return c, nil
+}
+
+// refValidateStateEntry checks one record of a state file and returns it in
+// the canonical form sync_states stores. Its clock must be one the merge
+// rules can produce, or devices that merge it could disagree.
+func refValidateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) (fileChange, error) {
+	if err := merge.CheckTableName(e.Table); err != nil {
+		return fileChange{}, err
+	}
+	if e.Record == "" || len(e.Record) > merge.MaxRecordIDLen {
+		return fileChange{}, fmt.Errorf("record id of %d bytes (want 1-%d)", len(e.Record), merge.MaxRecordIDLen)
+	}
+	if int64(len(e.State)) > maxRecord || int64(len(e.Clock)) > 2*maxRecord {
+		return fileChange{}, fmt.Errorf("%w: record %s/%s is over the %d-byte record limit", errTooLarge, e.Table, e.Record, maxRecord)
+	}
+	content, err := jsonv.ParseObject(e.State, jsonv.Options{})
+	if err != nil {
+		return fileChange{}, fmt.Errorf("state of %s/%s: %w", e.Table, e.Record, err)
+	}
+	if at, ok := merge.ParseFreshClock(e.Clock); ok && !e.Deleted {
+		// A record one write made, every path at its root's stamp: the
+		// state DecodeState would build and EncodeState write back, with
+		// no tree (see merge.FreshClock).
+		if err := merge.CheckStamp(at, devices); err != nil {
+			return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
+		}
+		return fileChange{table: e.Table, record: e.Record, patch: jsonv.Encode(content), clock: e.Clock, // FreshClock's bytes
+			version: at.Version, device: at.Device}, nil
+	}
+	n, err := merge.DecodeState(content, e.Clock, e.Deleted)
+	if err == nil {
+		err = merge.CheckRecordClock(n, devices)
+	}
+	if err != nil {
+		return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
+	}
+	data, clock := merge.EncodeState(n)
+	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
+		deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device}, nil
 }

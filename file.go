@@ -525,7 +525,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 	// unknown member) to what a record may take, so that one huge change
 	// cannot make it hold the whole file.
 	valueBound := boundFor(maxRecord)
-	if err := s.delim('{'); err != nil {
+	if err := s.token('{'); err != nil {
 		return err
 	}
 	var format int64

@@ -128,6 +128,51 @@ func (s *jsonStream) delim(want byte) error {
 	return nil
 }
 
+// token reads the byte want where a value may come instead (the file's
+// first token, a member's value), as json.Decoder's Token does: a string,
+// number or literal found there is read whole before it is refused.
+func (s *jsonStream) token(want byte) error {
+	c, err := s.peek()
+	if err != nil {
+		return err
+	}
+	if c == want {
+		s.i++
+		return nil
+	}
+	return s.unwanted(fmt.Errorf("expected %q, found %q at offset %d", want, c, s.Offset()))
+}
+
+// unwanted returns err for the token at the next byte, after reading it
+// whole if it is a string, number or literal, as Token reads it.
+func (s *jsonStream) unwanted(err error) error {
+	switch c := s.buf[s.i]; c {
+	case '{', '}', '[', ']', ':', ',':
+		return err
+	}
+	if _, verr := s.value(); verr != nil {
+		return verr
+	}
+	return err
+}
+
+// more peeks at what follows in an array or object, as json.Decoder's
+// More did: a read that fails there is tried again by the Token that
+// followed More, which then takes only the closing byte.
+func (s *jsonStream) more(closing byte) (byte, error) {
+	c, err := s.peek()
+	if err == nil {
+		return c, nil
+	}
+	if c, err = s.peek(); err != nil {
+		return 0, err
+	}
+	if c != closing {
+		return 0, fmt.Errorf("expected %q, found %q at offset %d", closing, c, s.Offset())
+	}
+	return c, nil
+}
+
 // value reads the next value, after whitespace, and returns its bytes,
 // valid until the next read.
 func (s *jsonStream) value() ([]byte, error) {
@@ -194,6 +239,11 @@ func (s *jsonStream) value() ([]byte, error) {
 			if done {
 				break
 			}
+			// json.Decoder's scanner stops at the first byte that is not
+			// JSON, and reads no further.
+			if err := syntaxError(s.buf[s.i+start : s.i+p]); err != nil {
+				return nil, err
+			}
 			if _, ok, err := s.at(p); err != nil {
 				return nil, err
 			} else if !ok {
@@ -216,6 +266,17 @@ func (s *jsonStream) value() ([]byte, error) {
 	v := s.buf[s.i+start : s.i+p]
 	s.i += p
 	return v, nil
+}
+
+// syntaxError returns the error of the first byte of b that cannot be
+// JSON, b being the start of a value; nil where b could still become
+// JSON.
+func syntaxError(b []byte) error {
+	var se *json.SyntaxError
+	if err := json.Unmarshal(b, new(json.RawMessage)); errors.As(err, &se) && se.Error() != "unexpected end of JSON input" {
+		return err
+	}
+	return nil
 }
 
 // scalar reads a number or a literal, which starts with c start bytes
@@ -345,14 +406,14 @@ func (s *jsonStream) atEnd() error {
 	case err != nil:
 		return err
 	}
-	return errors.New("data after the end of the file")
+	return s.unwanted(errors.New("data after the end of the file"))
 }
 
 // member reads the key of an object's next member, after the comma that
 // must come before every member but the first (n > 0); ok is false at
 // the object's end, whose brace it reads.
 func (s *jsonStream) member(n int) (key string, ok bool, err error) {
-	c, err := s.peek()
+	c, err := s.more('}')
 	if err != nil {
 		return "", false, err
 	}
@@ -422,11 +483,11 @@ func (s *jsonStream) elements(bound int64, what string, each func(i int, raw []b
 	if err := s.delim(':'); err != nil {
 		return err
 	}
-	if err := s.delim('['); err != nil {
+	if err := s.token('['); err != nil {
 		return err
 	}
 	for i := 0; ; i++ {
-		c, err := s.peek()
+		c, err := s.more(']')
 		if err != nil {
 			return err
 		}

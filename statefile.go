@@ -175,7 +175,7 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 	maxRecord := l.MaxRecordSize
 	s := newJSONStream(&limitedReader{r: gz, n: l.MaxSnapshotSize, what: "uncompressed content"})
 	valueBound := addCapped(boundFor(maxRecord), addCapped(maxRecord, maxRecord)) // content and clock
-	if err := s.delim('{'); err != nil {
+	if err := s.token('{'); err != nil {
 		return h, err
 	}
 	var format int64
