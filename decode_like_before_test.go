@@ -164,3 +164,20 @@ func TestDecodeBoundsLikeBefore(t *testing.T) {
 	}
 	t.Logf("%d padded files", cases)
 }
+
+// TestDecodeEveryRefillLikeBefore moves one change (and one state
+// record) across the end of the reader's first buffer, byte by byte, so
+// that a read ends at every offset inside it: in each literal, number,
+// string and escape. A reader that judged a value from what it had read
+// so far refused a literal cut as "fal" (found by the benchmarks, whose
+// files are large; the fuzzed files are too small to cross a buffer).
+func TestDecodeEveryRefillLikeBefore(t *testing.T) {
+	l := Limits{}.withDefaults()
+	change := `{"table_name":"notes","record_id":"r\u00e9\n1","patch":{"a":-1.25e+3,"b":[true,false,null,0],"c":"x\"y\\z","d":{"e":null}},"is_deleted":false,"sync_version":12,"seen":[[["a"],3,"d"]]}`
+	record := `{"table_name":"notes","record_id":"r","state":{"a":-0.5E-2,"b":[true,false,null],"c":"q\tr"},"clock":{"d":["d"],"n":[1,0,{}]},"is_deleted":false}`
+	for pad := 0; pad <= 512+len(change); pad++ {
+		ws := strings.Repeat(" ", pad)
+		decodeBoth(t, []byte(`{"format":2,"device":"d","changes":[`+ws+change+`,`+change+`]}`), l, false)
+		decodeBoth(t, []byte(`{"format":1,"store":"s","device":"d","covers":"2026-11-27T00:00:00Z","records":[`+ws+record+`]}`), l, false)
+	}
+}

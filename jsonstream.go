@@ -239,11 +239,6 @@ func (s *jsonStream) value() ([]byte, error) {
 			if done {
 				break
 			}
-			// json.Decoder's scanner stops at the first byte that is not
-			// JSON, and reads no further.
-			if err := syntaxError(s.buf[s.i+start : s.i+p]); err != nil {
-				return nil, err
-			}
 			if _, ok, err := s.at(p); err != nil {
 				return nil, err
 			} else if !ok {
@@ -266,17 +261,6 @@ func (s *jsonStream) value() ([]byte, error) {
 	v := s.buf[s.i+start : s.i+p]
 	s.i += p
 	return v, nil
-}
-
-// syntaxError returns the error of the first byte of b that cannot be
-// JSON, b being the start of a value; nil where b could still become
-// JSON.
-func syntaxError(b []byte) error {
-	var se *json.SyntaxError
-	if err := json.Unmarshal(b, new(json.RawMessage)); errors.As(err, &se) && se.Error() != "unexpected end of JSON input" {
-		return err
-	}
-	return nil
 }
 
 // scalar reads a number or a literal, which starts with c start bytes
