@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path"
 	"sync"
 	"testing"
 	"time"
@@ -166,5 +167,92 @@ func TestMarkerRaceOverDrive(t *testing.T) {
 	assertConverged(t, a, b, c)
 	if a.get("rb") == "" || b.get("ra") == "" || c.get("ra") == "" {
 		t.Fatal("a record was lost in the race")
+	}
+}
+
+// filesNamed counts the files of Drive that have the base name of name,
+// trashed or not.
+func filesNamed(srv *drivefake.Server, name string) int {
+	n := 0
+	for _, f := range srv.Files() {
+		if f.Name == path.Base(name) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDriveUploadStoredTwice: Drive stores an upload while the device
+// sees its connection cut, and the DriveRemote sends it again (it asks
+// whether the name is free before the first try only): the name has two
+// files of the same bytes. Every device applies the change once, a new
+// device starts from them, and Delete removes both.
+func TestDriveUploadStoredTwice(t *testing.T) {
+	srv := drivefake.New(t)
+	a, b := driveDevice(t, srv, "dev-a"), driveDevice(t, srv, "dev-b")
+	a.put("r1", `{"v":1}`)
+	syncAll(t, a, b)
+	a.put("r2", `{"v":2}`)
+	srv.Fail(drivefake.Fault{Method: "POST", PathPrefix: "/upload/drive/v3/files", ResetMidBody: true, Times: 1})
+	r := a.sync()
+	if r.Uploaded == "" {
+		t.Fatalf("nothing uploaded: %+v", r)
+	}
+	if n := filesNamed(srv, r.Uploaded); n != 2 {
+		t.Fatalf("%d files named %s, want the 2 of a retried upload", n, r.Uploaded)
+	}
+	if got := b.sync(); got.ChangesReceived != 1 {
+		t.Errorf("b received %d changes, want 1: %+v", got.ChangesReceived, got)
+	}
+	c := driveDevice(t, srv, "dev-c")
+	syncAll(t, a, b, c)
+	assertConverged(t, a, b, c)
+	if got := c.get("r2"); got != `{"v":2}` {
+		t.Fatalf("c holds r2 = %q", got)
+	}
+	if err := a.cfg.Remote.Delete(context.Background(), r.Uploaded); err != nil {
+		t.Fatal(err)
+	}
+	if n := filesNamed(srv, r.Uploaded); n != 0 {
+		t.Fatalf("%d files named %s after Delete", n, r.Uploaded)
+	}
+}
+
+// TestDriveRecoveredUploadIsChecked: an upload that Drive stored every
+// time the device saw it fail stays in the outbox; the next sync asks
+// Drive whether the name is taken before it publishes the file again
+// (the earlier sync may have stored it), finds it, and stores no more
+// copies.
+func TestDriveRecoveredUploadIsChecked(t *testing.T) {
+	srv := drivefake.New(t)
+	r, err := NewDriveRemote(context.Background(), srv.Service(context.Background(), t), DriveOptions{MinSleep: time.Millisecond, MaxSleep: 5 * time.Millisecond, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newDevice(t, "dev-a", r), driveDevice(t, srv, "dev-b")
+	a.put("r1", `{"v":1}`)
+	syncAll(t, a, b)
+	a.put("r2", `{"v":2}`)
+	srv.Fail(drivefake.Fault{Method: "POST", PathPrefix: "/upload/drive/v3/files", ResetMidBody: true, Times: 3})
+	if _, err := a.eng.Sync(context.Background()); err == nil {
+		t.Fatal("the sync succeeded though every upload failed")
+	}
+	var name string
+	if err := a.db.QueryRow(`SELECT name FROM sync_outbox`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	stored := filesNamed(srv, name)
+	if stored != 3 {
+		t.Fatalf("%d files named %s, want the 3 tries'", stored, name)
+	}
+	srv.ResetRequests()
+	a.sync()
+	if n := filesNamed(srv, name); n != stored {
+		t.Errorf("%d files named %s after the recovery, want still %d: %v", n, name, stored, srv.RequestLog())
+	}
+	syncAll(t, a, b)
+	assertConverged(t, a, b)
+	if b.get("r2") != `{"v":2}` {
+		t.Fatalf("b holds r2 = %q", b.get("r2"))
 	}
 }

@@ -764,6 +764,9 @@ var driveFaults = []drivefake.Fault{
 	{Status: http.StatusServiceUnavailable, Times: 5},
 	{Status: http.StatusInternalServerError, Times: 1},
 	{Method: "GET", PathPrefix: "/drive/v3/files/", ResetMidBody: true, Times: 1},
+	// An upload stored while the device sees its connection cut: the
+	// DriveRemote sends it again, and the name has two files.
+	{Method: "POST", PathPrefix: "/upload/drive/v3/files", ResetMidBody: true, Times: 1},
 }
 
 var harnessPoints = []string{"fetched", "planned", "uploaded", "applied", "committed"}
