@@ -13,6 +13,7 @@ import (
 	"github.com/drivesync/drivesync/internal/merge"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // The commit phase, the sync's one write transaction: merge the own and
@@ -453,15 +454,23 @@ func layEdits(state *jsonv.Value, edits jsonv.Value) jsonv.Value {
 	return row.Value()
 }
 
-// editsSince returns the app's edits of a row that showed base (JSON text;
-// NULL: no row) and now holds cur.
-func editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
+// editsSince returns the app's edits of a row of t that showed base (JSON
+// text; NULL: no row) and now holds cur. A column base lacks that holds
+// its constant default is no edit: the row took the default when a newer
+// app version added the column, after base was kept (see rowRecord).
+func (t *tableInfo) editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value {
 	if !base.Valid {
 		return cur
 	}
 	b, err := jsonv.ParseObject([]byte(base.String), jsonv.Options{})
 	if err != nil {
 		return cur
+	}
+	if t.ordinary {
+		cur = jsonv.Value{Members: slices.DeleteFunc(slices.Clone(cur.Members), func(m jsonv.Member) bool {
+			_, shown := b.Get(m.Key)
+			return !shown && t.isDefault(m)
+		})}
 	}
 	return merge.Diff(b, cur)
 }
@@ -727,6 +736,9 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 			wrote = wrote || s.rows[k] == nil
 		}
 	}
+	if err := s.writeTogether(ctx, keys, keep); err != nil {
+		return err
+	}
 	if err := s.exec(ctx, `DELETE FROM sync_unwritten`); err != nil {
 		return err
 	}
@@ -767,6 +779,94 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// writeTogether writes at once the rows of a table that its constraints
+// still refuse one at a time. Rows that trade the values of a UNIQUE
+// column (two items swapping their positions) can never be written one by
+// one: each row's new value is held by the other until that one changes.
+// In a savepoint, the rows of those records are deleted, then written
+// from their synced states; if the table refuses one even so, the
+// savepoint is rolled back and they stay unwritten. A table whose deletes
+// reach past its own rows is left alone: a foreign key that cascades from
+// it (foreign keys on) or an app trigger on it would see the rows go.
+func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[recordKey]bool) error {
+	var groups [][]recordKey // keys are sorted by table
+	for _, k := range keys {
+		t := s.e.tables[k.table]
+		if err := s.rows[k]; err == nil || keep[k] || t == nil || t.appendOnly || !sqliteerr.IsConstraint(err) {
+			continue
+		}
+		if n := len(groups); n > 0 && groups[n-1][0].table == k.table {
+			groups[n-1] = append(groups[n-1], k)
+		} else {
+			groups = append(groups, []recordKey{k})
+		}
+	}
+	for _, group := range groups {
+		if len(group) < 2 {
+			continue
+		}
+		t := s.e.tables[group[0].table]
+		if alone, err := deletesStayInTable(ctx, s.conn, t.name); err != nil || !alone {
+			return err
+		}
+		if err := s.exec(ctx, `SAVEPOINT drivesync_together`); err != nil {
+			return err
+		}
+		err := func() error {
+			states := make([]*recordState, len(group))
+			for i, k := range group {
+				st, err := s.loadState(ctx, k.table, k.record)
+				if err != nil {
+					return err
+				}
+				states[i] = st
+				if err := t.deleteRow(ctx, s, k.record); err != nil {
+					return err
+				}
+			}
+			for i, k := range group {
+				if n := states[i].node; n.Exists() {
+					if err := t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value()))); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}()
+		if err != nil {
+			if ok, err := refused(ctx, s.conn, err); !ok {
+				return err
+			}
+			if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
+				return err
+			}
+		}
+		if err := s.exec(ctx, `RELEASE drivesync_together`); err != nil {
+			return err
+		}
+		if err == nil {
+			s.e.log.Info("drivesync: rows the table refused one at a time written together", "table", t.name, "rows", len(group))
+			for _, k := range group {
+				s.rows[k] = nil
+			}
+		}
+	}
+	return nil
+}
+
+// deletesStayInTable reports whether deleting a row of table touches
+// nothing else: no app trigger on the table, and no foreign key that acts
+// on its deletes while foreign keys are on.
+func deletesStayInTable(ctx context.Context, q querier, table string) (bool, error) {
+	var triggers, cascades int
+	err := q.QueryRowContext(ctx, `SELECT
+	(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND substr(name, 1, length(?2)) <> ?2),
+	(SELECT count(*) FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+		WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND f.on_delete NOT IN ('NO ACTION', 'RESTRICT'))
+		* (SELECT foreign_keys FROM pragma_foreign_keys)`, table, triggerPrefix).Scan(&triggers, &cascades)
+	return err == nil && triggers == 0 && cascades == 0, err
 }
 
 // recordState is a record's merge state as loaded from sync_states.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // An ordinary table across registrations and app versions: its rows
@@ -22,17 +23,29 @@ import (
 var literalRE = regexp.MustCompile(`^(?i:[+-]?[0-9.]+(e[+-]?[0-9]+)?|'([^']|'')*'|x'[0-9a-f]*'|null|true|false)$`)
 
 // readDefaults learns the constant defaults of an ordinary table's columns
-// (a column without one defaults to NULL).
+// (a column without one defaults to NULL), as a row stores them: a
+// default is converted by its column's type (0 in a REAL column is 0.0,
+// '7' in an INTEGER one 7), so the value is read back from a column of
+// the same type. q must be one connection (the temporary table is its
+// own).
 func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
-	rows, err := q.QueryContext(ctx, `SELECT name, dflt_value FROM pragma_table_xinfo(?1) WHERE hidden = 0 AND pk = 0`, t.name)
+	var strict bool
+	if err := q.QueryRowContext(ctx, `SELECT strict FROM pragma_table_list WHERE name = ?1 AND schema = 'main'`, t.name).Scan(&strict); err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT name, type, dflt_value FROM pragma_table_xinfo(?1) WHERE hidden = 0 AND pk = 0`, t.name)
 	if err != nil {
 		return err
 	}
-	dflts := map[string]sql.NullString{}
+	type dflt struct {
+		decl string
+		expr sql.NullString
+	}
+	dflts := map[string]dflt{}
 	for rows.Next() {
 		var name string
-		var d sql.NullString
-		if err := rows.Scan(&name, &d); err != nil {
+		var d dflt
+		if err := rows.Scan(&name, &d.decl, &d.expr); err != nil {
 			rows.Close()
 			return err
 		}
@@ -45,8 +58,8 @@ func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
 	t.defaults = map[string]jsonv.Value{}
 	for name, d := range dflts {
 		expr := "NULL"
-		if d.Valid {
-			expr = strings.TrimSpace(d.String)
+		if d.expr.Valid {
+			expr = strings.TrimSpace(d.expr.String)
 			for strings.HasPrefix(expr, "(") && strings.HasSuffix(expr, ")") {
 				expr = strings.TrimSpace(expr[1 : len(expr)-1])
 			}
@@ -54,10 +67,12 @@ func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
 				continue // not a constant: every row has its own
 			}
 		}
-		var typ string
-		var v any
-		if err := q.QueryRowContext(ctx, "SELECT "+typedValue(expr)).Scan(&typ, &v); err != nil {
+		typ, v, ok, err := storedDefault(ctx, q, d.decl, strict, expr)
+		if err != nil {
 			return fmt.Errorf("column %s: default %s: %w", name, expr, err)
+		}
+		if !ok {
+			continue // the column cannot store it: no row holds it
 		}
 		jv, err := encodeValue(typ, v)
 		if err != nil {
@@ -66,6 +81,29 @@ func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
 		t.defaults[name] = jv
 	}
 	return nil
+}
+
+// storedDefault returns the type and value that a column declared decl
+// (of a STRICT table if strict) stores for constant expr, by storing it in
+// a temporary table; ok is false if such a column refuses it (a STRICT
+// column of another type).
+func storedDefault(ctx context.Context, q querier, decl string, strict bool, expr string) (typ string, v any, ok bool, err error) {
+	table := "CREATE TEMP TABLE drivesync_default (v " + decl + ")"
+	if strict {
+		table += " STRICT"
+	}
+	if _, err := q.ExecContext(ctx, table); err != nil {
+		return "", nil, false, err
+	}
+	defer q.ExecContext(context.WithoutCancel(ctx), `DROP TABLE temp.drivesync_default`)
+	_, err = q.ExecContext(ctx, "INSERT INTO temp.drivesync_default (v) VALUES ("+expr+")")
+	if sqliteerr.IsConstraint(err) {
+		return "", nil, false, nil
+	}
+	if err == nil {
+		err = q.QueryRowContext(ctx, "SELECT "+typedValue("v")+" FROM temp.drivesync_default").Scan(&typ, &v)
+	}
+	return typ, v, err == nil, err
 }
 
 // adoptRows joins a newly registered ordinary table to the synced state,

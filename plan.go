@@ -478,7 +478,7 @@ func (s *syncRun) planRecord(ctx context.Context, t *tableInfo, p pendingRow, re
 			// that, laid over the synced state. Diffing the row
 			// against the synced state would send back the old values
 			// of fields other devices changed.
-			edits := editsSince(p.base, cur)
+			edits := t.editsSince(p.base, cur)
 			if len(edits.Members) == 0 {
 				// No edit: the row only shows a state the engine will
 				// write now (see retryUnwritten).

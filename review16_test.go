@@ -52,22 +52,30 @@ func mustPendingCount(t *testing.T, d *device) int {
 	return n
 }
 
-// rollbackDevices are two devices whose notes.title is UNIQUE ON CONFLICT
-// ROLLBACK.
+// rollbackDevices are two devices whose notes.title is unique, kept so by
+// an app trigger that raises ROLLBACK. (A constraint declared ON CONFLICT
+// ROLLBACK did the same until the engine's writes said OR ABORT, which
+// overrides it: see TestReview20RollbackConstraintRefusesRow.)
 func rollbackDevices(t *testing.T) (a, b *device) {
 	const schema = `CREATE TABLE IF NOT EXISTS notes (
 	id TEXT PRIMARY KEY,
 	content JSONB NOT NULL,
-	title TEXT UNIQUE ON CONFLICT ROLLBACK,
+	title TEXT,
 	display_order INTEGER
 )`
+	const insert = `CREATE TRIGGER IF NOT EXISTS notes_title_insert BEFORE INSERT ON notes
+WHEN EXISTS (SELECT 1 FROM notes WHERE title = NEW.title AND id <> NEW.id)
+BEGIN SELECT RAISE(ROLLBACK, 'title taken'); END`
+	const update = `CREATE TRIGGER IF NOT EXISTS notes_title_update BEFORE UPDATE OF title ON notes
+WHEN EXISTS (SELECT 1 FROM notes WHERE title = NEW.title AND id <> NEW.id)
+BEGIN SELECT RAISE(ROLLBACK, 'title taken'); END`
 	remote := NewMemoryRemote()
-	return newDevice(t, "dev-a", remote, schema), newDevice(t, "dev-b", remote, schema)
+	return newDevice(t, "dev-a", remote, schema, insert, update), newDevice(t, "dev-b", remote, schema, insert, update)
 }
 
-// A table whose constraint says ON CONFLICT ROLLBACK refuses a received
-// row by rolling the whole apply transaction back: fold, settle and quiet
-// window included. The engine takes the refusal for a statement's and
+// A table whose trigger raises ROLLBACK refuses a received row by rolling
+// the whole apply transaction back: fold, settle and quiet window
+// included. The engine takes the refusal for a statement's and
 // goes on in autocommit mode, where the quiet window's end deletes every
 // mark of the log: the ones the rollback put back, among them an edit the
 // app made during the sync, which no sync ever sends.
@@ -86,7 +94,7 @@ func TestReview16RollbackConflictDeletesAppMarks(t *testing.T) {
 		return nil
 	}
 	_, err := a.eng.Sync(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "ON CONFLICT ROLLBACK") {
+	if err == nil || !strings.Contains(err.Error(), "RAISE(ROLLBACK)") {
 		t.Errorf("dev-a: the sync during which the table rolled back returned %v, want the error that says so", err)
 	}
 	var pending int
@@ -111,7 +119,7 @@ func TestReview16RollbackConflictEngineWritesLogged(t *testing.T) {
 	b.put("n2", `{"v":"from b"}`)
 	b.sync()
 	a.put("loc", `{"title":"x"}`)
-	if _, err := a.eng.Sync(t.Context()); err == nil || !strings.Contains(err.Error(), "ON CONFLICT ROLLBACK") {
+	if _, err := a.eng.Sync(t.Context()); err == nil || !strings.Contains(err.Error(), "RAISE(ROLLBACK)") {
 		t.Errorf("dev-a: the sync during which the table rolled back returned %v, want the error that says so", err)
 	}
 	a.checkTriggers()

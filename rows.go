@@ -481,9 +481,10 @@ func refusal(err error) bool {
 }
 
 // refused is refusal for a write the engine made in a quiet window of
-// q's transaction (see beginQuiet), which must still be open: a constraint
-// declared ON CONFLICT ROLLBACK, or a trigger's RAISE(ROLLBACK), refuses a
-// row by rolling the whole transaction back. Going on would run the rest
+// q's transaction (see beginQuiet), which must still be open: an app
+// trigger's RAISE(ROLLBACK) refuses a row by rolling the whole transaction
+// back (the engine's writes say OR ABORT, so a constraint declared ON
+// CONFLICT ROLLBACK no longer does). Going on would run the rest
 // in autocommit mode, where the window's end deletes the app's pending
 // marks that the rollback put back; that is an error, returned as err.
 // A write that did not fail is no refusal, and err is nil.
@@ -496,7 +497,7 @@ func refused(ctx context.Context, q querier, err error) (ok bool, _ error) {
 		return false, qerr
 	}
 	if syncing != 1 {
-		return false, fmt.Errorf("%w; the table rolled back the whole transaction (a constraint declared ON CONFLICT ROLLBACK, or a trigger's RAISE(ROLLBACK)), so the row cannot be kept unwritten while the rest is written: declare the constraint with ON CONFLICT ABORT (the default), or raise ABORT", err)
+		return false, fmt.Errorf("%w; the table rolled back the whole transaction (an app trigger's RAISE(ROLLBACK)), so the row cannot be kept unwritten while the rest is written: raise ABORT instead", err)
 	}
 	return true, nil
 }
@@ -551,7 +552,7 @@ func (t *tableInfo) rowRecord(state *jsonv.Value, row jsonv.Value) (rec jsonv.Va
 		if state != nil {
 			h, ok := state.Get(m.Key)
 			if !ok {
-				if d, ok := t.defaults[m.Key]; ok && jsonv.Equal(d, m.Value) {
+				if t.isDefault(m) {
 					continue
 				}
 			} else {
@@ -573,6 +574,13 @@ func (t *tableInfo) rowRecord(state *jsonv.Value, row jsonv.Value) (rec jsonv.Va
 	}
 	sortMembers(out.Members)
 	return out, overruled
+}
+
+// isDefault reports whether member m of a row holds its column's
+// constant default.
+func (t *tableInfo) isDefault(m jsonv.Member) bool {
+	d, ok := t.defaults[m.Key]
+	return ok && jsonv.Equal(d, m.Value)
 }
 
 // ordinarySQL builds the statements of an ordinary table.
@@ -611,7 +619,12 @@ func typedValue(x string) string {
 }
 
 // upsertFor is the statement writing an ordinary row's key and columns
-// cols, in that order, as parameters.
+// cols, in that order, as parameters. Like every write of the engine to
+// an app's row, it says OR ABORT: a constraint the table declares with
+// another algorithm (UNIQUE ... ON CONFLICT REPLACE deletes the other row
+// that holds the value, IGNORE drops the write, ROLLBACK ends the whole
+// transaction) refuses the row instead, which the engine reports and
+// tries again (see refusal). Only the key's own conflict is the upsert's.
 func (t *tableInfo) upsertFor(cols []string) string {
 	sig := strings.Join(cols, ",")
 	t.mu.Lock()
@@ -637,7 +650,7 @@ func (t *tableInfo) upsertFor(cols []string) string {
 		}
 		action = "UPDATE SET " + strings.Join(sets, ", ")
 	}
-	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO %s", quoteIdent(t.name),
+	q := fmt.Sprintf("INSERT OR ABORT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO %s", quoteIdent(t.name),
 		strings.Join(names, ", "), strings.Join(params, ", "), strings.Join(keys, ", "), action)
 	t.upserts[sig] = q
 	return q

@@ -495,13 +495,14 @@ func (ti *tableInfo) buildSQL() {
 		vals = append(vals, extract)
 		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
 	}
-	ti.upsertSQL = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
+	// OR ABORT: see upsertFor.
+	ti.upsertSQL = fmt.Sprintf("INSERT OR ABORT INTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
 		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
 	assign := make([]string, 0, len(cols)-1)
 	for i := 1; i < len(cols); i++ {
 		assign = append(assign, cols[i]+" = "+vals[i])
 	}
-	ti.updateSQL = fmt.Sprintf("UPDATE %s SET %s WHERE id = ?1", tbl, strings.Join(assign, ", "))
+	ti.updateSQL = fmt.Sprintf("UPDATE OR ABORT %s SET %s WHERE id = ?1", tbl, strings.Join(assign, ", "))
 	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
 	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
 	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1", tbl)
