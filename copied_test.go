@@ -15,8 +15,23 @@ import (
 )
 
 // copyDevice copies d's database file to a new path, as a user copying
-// an app's data to another machine would, and opens it with cfg.
+// an app's data to another machine would, and opens it with cfg. The copy
+// keeps the file's identity, as a cloned disk does: the engine cannot
+// tell it from the original at Open, and finds it by its files only (see
+// checkCopied). copyFileDevice makes a copy that Open tells apart.
 func copyDevice(t *testing.T, d *device, name string, cfg Config) *device {
+	t.Helper()
+	return copyDeviceFile(t, d, name, cfg, true)
+}
+
+// copyFileDevice is copyDevice for a copy of the file that Open can tell
+// from the original (another inode).
+func copyFileDevice(t *testing.T, d *device, name string, cfg Config) *device {
+	t.Helper()
+	return copyDeviceFile(t, d, name, cfg, false)
+}
+
+func copyDeviceFile(t *testing.T, d *device, name string, cfg Config, clone bool) *device {
 	t.Helper()
 	d.exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
 	b, err := os.ReadFile(d.path)
@@ -31,6 +46,9 @@ func copyDevice(t *testing.T, d *device, name string, cfg Config) *device {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.db.Close() })
+	if clone {
+		c.exec(`UPDATE sync_meta SET value = ? WHERE key = ?`, fileID(c.path), metaFileID)
+	}
 	c.open()
 	return c
 }

@@ -143,6 +143,7 @@ const (
 	metaStatus       = "status"        // how the last sync ended, for Status (JSON)
 	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
 	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
+	metaFileID       = "file_id"       // the database file that took the device id (see fileMoved)
 	schemaVersion    = "3"
 )
 
@@ -508,6 +509,27 @@ func (ti *tableInfo) buildSQL() {
 	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1", tbl)
 }
 
+// fileMoved reports whether the database file is another than the one
+// recorded when the engine last opened it, and records this one. A file
+// is known by its device and inode (see fileID); a database without a
+// file of its own, or on a system where the engine cannot tell, is never
+// moved.
+func fileMoved(ctx context.Context, q querier) (bool, error) {
+	var path string
+	if err := q.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path); err != nil {
+		return false, err
+	}
+	id := fileID(path)
+	if id == "" {
+		return false, nil
+	}
+	stored, err := getMeta(ctx, q, metaFileID)
+	if err != nil || stored == id {
+		return false, err
+	}
+	return stored != "", setMeta(ctx, q, metaFileID, id)
+}
+
 // querier is what *sql.DB, *sql.Conn and *sql.Tx have in common.
 type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -577,7 +599,19 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 	if err != nil {
 		return "", err
 	}
+	moved, err := fileMoved(ctx, q)
+	if err != nil {
+		return "", err
+	}
 	switch {
+	case deviceID == "" && stored != "" && moved:
+		// Not the file that took the id: a copy of the database (or
+		// a backup put back). Two copies syncing under one id stamp
+		// their changes alike, and two writes under one stamp split
+		// the devices for good (see checkCopied, which finds a copy
+		// only once its files are listed): the copy takes its own id
+		// before it stamps anything. Versions go on from max_version.
+		deviceID = uuid.NewString()
 	case deviceID == "" && stored != "":
 		deviceID = stored
 	case deviceID == "":
