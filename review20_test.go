@@ -151,22 +151,7 @@ func TestReview20UniqueSwapNeverWritten(t *testing.T) {
 	b := rowsDevice(t, "dev-b", remote, schema, Table{Name: "items"})
 	a.exec(`INSERT INTO items VALUES ('i1', 1, 'first'), ('i2', 2, 'second')`)
 	syncAll(t, a, b)
-	tx, err := a.db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
-		`UPDATE items SET pos = -1 WHERE id = 'i1'`,
-		`UPDATE items SET pos = 1 WHERE id = 'i2'`,
-		`UPDATE items SET pos = 2 WHERE id = 'i1'`,
-	} {
-		if _, err := tx.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	swap(t, a)
 	syncAll(t, a, b)
 	r := b.sync()
 	if ids := unwrittenIDs(r); len(ids) != 0 {
