@@ -267,3 +267,56 @@ CREATE TRIGGER items_gone AFTER DELETE ON items BEGIN INSERT INTO gone VALUES (O
 		})
 	}
 }
+
+// An app trigger that raises IGNORE skips the engine's write of a row
+// without an error: the row kept what it showed, its synced state moved
+// on, and nothing was reported, so the devices differed for good in
+// silence. A write that changes no row is now a refusal: reported in
+// Report.Unwritten and tried again at every sync, as a row a CHECK
+// refuses.
+//
+// Sequence: a and b hold r, title "open"; b's table ignores updates of a
+// locked row; b locks r (its own column, not synced); a changes the
+// title and syncs; b syncs.
+func TestReview20TriggerIgnoreReported(t *testing.T) {
+	for _, shape := range []struct{ name, schema string }{
+		{"ordinary", `CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT)`},
+		{"document", `CREATE TABLE items (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT)`},
+	} {
+		t.Run(shape.name, func(t *testing.T) {
+			remote := NewMemoryRemote()
+			a := rowsDevice(t, "dev-a", remote, shape.schema, Table{Name: "items"})
+			b := rowsDevice(t, "dev-b", remote, shape.schema, Table{Name: "items"})
+			b.exec(`CREATE TABLE locked (id TEXT PRIMARY KEY)`)
+			b.exec(`CREATE TRIGGER items_locked BEFORE UPDATE ON items WHEN OLD.id IN (SELECT id FROM locked) BEGIN SELECT RAISE(IGNORE); END`)
+			if shape.name == "ordinary" {
+				a.exec(`INSERT INTO items VALUES ('r', 'open')`)
+			} else {
+				a.exec(`INSERT INTO items (id, content, title) VALUES ('r', jsonb('{"title":"open"}'), 'open')`)
+			}
+			syncAll(t, a, b)
+			b.exec(`INSERT INTO locked VALUES ('r')`)
+			if shape.name == "ordinary" {
+				a.exec(`UPDATE items SET title = 'changed'`)
+			} else {
+				a.exec(`UPDATE items SET content = jsonb('{"title":"changed"}'), title = 'changed'`)
+			}
+			a.sync()
+			r := b.sync()
+			if got := b.rows(`SELECT title FROM items`); got != "open\n" {
+				t.Fatalf("setup: b's locked row shows %q", got)
+			}
+			if ids := unwrittenIDs(r); len(ids) != 1 {
+				t.Errorf("b: the row its trigger ignored is not reported (unwritten %v)", ids)
+			}
+			if ids := unwrittenIDs(b.sync()); len(ids) != 1 {
+				t.Errorf("b, next sync: unwritten %v, want the row again", ids)
+			}
+			b.exec(`DELETE FROM locked`)
+			b.sync()
+			if got := b.rows(`SELECT title FROM items`); got != "changed\n" {
+				t.Errorf("b, unlocked: %q, want the synced title", got)
+			}
+		})
+	}
+}

@@ -61,6 +61,7 @@ import (
 // a plain connection (direct) outside a sync.
 type runner interface {
 	exec(ctx context.Context, query string, args ...any) error
+	execCount(ctx context.Context, query string, args ...any) (int64, error)
 	queryRow(ctx context.Context, query string, args []any, dest ...any) error
 }
 
@@ -68,6 +69,26 @@ type direct struct{ q querier }
 
 func (d direct) exec(ctx context.Context, query string, args ...any) error {
 	_, err := d.q.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (d direct) execCount(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := d.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// writeOne runs a write of the engine that must change one row of the
+// app's table t, the row of record id. A BEFORE trigger of the app that
+// raises IGNORE skips it without an error: that is the table refusing the
+// row (reported, and tried again at every sync), not a write.
+func (t *tableInfo) writeOne(ctx context.Context, r runner, id, query string, args ...any) error {
+	n, err := r.execCount(ctx, query, args...)
+	if err == nil && n == 0 {
+		return rowErrorf("table %s, record %s: a trigger of the table skipped the write (RAISE(IGNORE)); the row keeps what it showed", t.name, id)
+	}
 	return err
 }
 
@@ -419,7 +440,7 @@ func (t *tableInfo) rowValue(vals []any) (jsonv.Value, error) {
 // value, or takes its default in a new row).
 func (t *tableInfo) writeRow(ctx context.Context, r runner, id, content string) error {
 	if !t.ordinary {
-		return r.exec(ctx, t.upsertSQL, id, content)
+		return t.writeOne(ctx, r, id, t.upsertSQL, id, content)
 	}
 	key, err := t.decodeKey(id)
 	if err != nil {
@@ -461,13 +482,16 @@ func (t *tableInfo) upsertColumns(ctx context.Context, r runner, id string, key 
 		cols = append(cols, m.Key)
 		args = append(args, val)
 	}
-	return r.exec(ctx, t.upsertFor(cols), args...)
+	if len(cols) == 0 {
+		return r.exec(ctx, t.upsertFor(cols), args...) // DO NOTHING: a row that exists stays
+	}
+	return t.writeOne(ctx, r, id, t.upsertFor(cols), args...)
 }
 
 // updateRow writes content to a row known to exist.
 func (t *tableInfo) updateRow(ctx context.Context, r runner, id, content string) error {
 	if !t.ordinary {
-		return r.exec(ctx, t.updateSQL, id, content)
+		return t.writeOne(ctx, r, id, t.updateSQL, id, content)
 	}
 	return t.writeRow(ctx, r, id, content)
 }

@@ -360,12 +360,21 @@ func (s *syncRun) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 func (s *syncRun) exec(ctx context.Context, query string, args ...any) error {
+	_, err := s.execCount(ctx, query, args...)
+	return err
+}
+
+// execCount is exec, returning the number of rows the statement changed.
+func (s *syncRun) execCount(ctx context.Context, query string, args ...any) (int64, error) {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = st.ExecContext(ctx, args...)
-	return err
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (s *syncRun) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
