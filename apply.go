@@ -808,52 +808,77 @@ func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[
 			continue
 		}
 		t := s.e.tables[group[0].table]
-		if alone, err := deletesStayInTable(ctx, s.conn, t.name); err != nil || !alone {
-			return err
-		}
-		if err := s.exec(ctx, `SAVEPOINT drivesync_together`); err != nil {
-			return err
-		}
-		err := func() error {
-			states := make([]*recordState, len(group))
-			for i, k := range group {
-				st, err := s.loadState(ctx, k.table, k.record)
-				if err != nil {
-					return err
-				}
-				states[i] = st
-				if err := t.deleteRow(ctx, s, k.record); err != nil {
-					return err
-				}
-			}
-			for i, k := range group {
-				if n := states[i].node; n.Exists() {
-					if err := t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value()))); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}()
+		alone, err := deletesStayInTable(ctx, s.conn, t.name)
 		if err != nil {
-			if ok, err := refused(ctx, s.conn, err); !ok {
-				return err
-			}
-			if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
-				return err
-			}
-		}
-		if err := s.exec(ctx, `RELEASE drivesync_together`); err != nil {
 			return err
 		}
-		if err == nil {
-			s.e.log.Info("drivesync: rows the table refused one at a time written together", "table", t.name, "rows", len(group))
-			for _, k := range group {
-				s.rows[k] = nil
+		if !alone {
+			continue
+		}
+		// A row the table refuses even so (a value another row holds
+		// outside the group, a CHECK) leaves the group, which is tried
+		// again without it, a bounded number of times.
+		for try := 0; len(group) >= 2 && try < togetherTries; try++ {
+			failed, err := s.tryTogether(ctx, t, group)
+			if err != nil {
+				return err
 			}
+			if failed < 0 {
+				s.e.log.Info("drivesync: rows the table refused one at a time written together", "table", t.name, "rows", len(group))
+				for _, k := range group {
+					s.rows[k] = nil
+				}
+				break
+			}
+			group = slices.Delete(group, failed, failed+1)
 		}
 	}
 	return nil
+}
+
+// togetherTries bounds the tries of writeTogether for one table's rows.
+const togetherTries = 8
+
+// tryTogether writes group's rows of t together in a savepoint (see
+// writeTogether) and returns -1, or the index of the row the table
+// refused, having rolled the savepoint back.
+func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey) (failed int, _ error) {
+	if err := s.exec(ctx, `SAVEPOINT drivesync_together`); err != nil {
+		return 0, err
+	}
+	failed = -1
+	err := func() error {
+		states := make([]*recordState, len(group))
+		for i, k := range group {
+			st, err := s.loadState(ctx, k.table, k.record)
+			if err != nil {
+				return err
+			}
+			states[i] = st
+			if err := t.deleteRow(ctx, s, k.record); err != nil {
+				failed = i
+				return err
+			}
+		}
+		for i, k := range group {
+			if n := states[i].node; n.Exists() {
+				if err := t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value()))); err != nil {
+					failed = i
+					return err
+				}
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		if ok, err := refused(ctx, s.conn, err); !ok || failed < 0 {
+			return 0, cmp.Or(err, errors.New("internal error: a write together failed outside a row"))
+		}
+		if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
+			return 0, err
+		}
+	}
+	return failed, s.exec(ctx, `RELEASE drivesync_together`)
 }
 
 // deletesStayInTable reports whether deleting a row of table touches

@@ -434,13 +434,40 @@ func (s *syncRun) checkCopied(ctx context.Context, l *listing) error {
 	if e.cfg.DeviceID != "" {
 		return &Error{Op: "sync", File: foreign, Err: fmt.Errorf("this file carries this database's device id %q, but this database did not write it: the database file was copied to another device, which syncs under the same id. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own)", e.deviceID)}
 	}
+	return s.takeNewID(ctx, "another copy of this database syncs under its device id", "file", foreign)
+}
+
+// takeNewID gives this database a new device id (versions go on from
+// max_version, so no stamp is reused), saying why in the log.
+func (s *syncRun) takeNewID(ctx context.Context, why string, attrs ...any) error {
+	e := s.e
 	id := uuid.NewString()
-	if err := s.setMetas(ctx, metaDeviceID, id); err != nil {
+	if err := s.inTx(ctx, func() error {
+		if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_meta WHERE key = ?`, metaRenewID); err != nil {
+			return err
+		}
+		return setMeta(ctx, s.conn, metaDeviceID, id)
+	}); err != nil {
 		return err
 	}
-	e.log.Warn("drivesync: another copy of this database syncs under its device id; taking a new device id", "old", e.deviceID, "new", id, "file", foreign)
+	e.log.Warn("drivesync: "+why+"; taking a new device id", append([]any{"old", e.deviceID, "new", id}, attrs...)...)
 	e.idMu.Lock()
 	e.deviceID = id
 	e.idMu.Unlock()
 	return nil
+}
+
+// renewMovedID takes the new device id that Open owed a copied database
+// file while its outbox held an upload named and stamped with the old id
+// (see installSchema): that upload is published and adopted first, under
+// the id it carries, and nothing else has been stamped since.
+func (s *syncRun) renewMovedID(ctx context.Context) error {
+	owed, err := getMeta(ctx, s.conn, metaRenewID)
+	if err != nil {
+		return &Error{Op: "sync", Err: err}
+	}
+	if owed == "" {
+		return nil
+	}
+	return s.takeNewID(ctx, "this database file is a copy, opened while an upload of the original's was in its outbox")
 }

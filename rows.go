@@ -644,11 +644,12 @@ func typedValue(x string) string {
 
 // upsertFor is the statement writing an ordinary row's key and columns
 // cols, in that order, as parameters. Like every write of the engine to
-// an app's row, it says OR ABORT: a constraint the table declares with
-// another algorithm (UNIQUE ... ON CONFLICT REPLACE deletes the other row
-// that holds the value, IGNORE drops the write, ROLLBACK ends the whole
-// transaction) refuses the row instead, which the engine reports and
-// tries again (see refusal). Only the key's own conflict is the upsert's.
+// an app's row, it says OR ABORT on a table that declares a conflict
+// algorithm that would drop or hide the row (see overridesConflicts):
+// UNIQUE ... ON CONFLICT REPLACE deletes the other row that holds the
+// value, IGNORE drops the write, ROLLBACK ends the whole transaction. The
+// row is refused instead, which the engine reports and tries again (see
+// refusal). Only the key's own conflict is the upsert's.
 func (t *tableInfo) upsertFor(cols []string) string {
 	sig := strings.Join(cols, ",")
 	t.mu.Lock()
@@ -674,7 +675,7 @@ func (t *tableInfo) upsertFor(cols []string) string {
 		}
 		action = "UPDATE SET " + strings.Join(sets, ", ")
 	}
-	q := fmt.Sprintf("INSERT OR ABORT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO %s", quoteIdent(t.name),
+	q := fmt.Sprintf("INSERT %sINTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO %s", t.orAbort, quoteIdent(t.name),
 		strings.Join(names, ", "), strings.Join(params, ", "), strings.Join(keys, ", "), action)
 	t.upserts[sig] = q
 	return q

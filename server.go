@@ -142,6 +142,9 @@ func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
 	if err := s.recoverPushes(ctx); err != nil {
 		return nil, nil, err
 	}
+	if err := s.renewMovedID(ctx); err != nil {
+		return nil, nil, err
+	}
 	l := &listing{server: true}
 	f, err := s.pull(ctx, l)
 	if err != nil {

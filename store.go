@@ -144,6 +144,7 @@ const (
 	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
 	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
 	metaFileID       = "file_id"       // the database file that took the device id (see fileMoved)
+	metaRenewID      = "renew_id"      // set: a new device id is owed once the outbox is empty (see renewMovedID)
 	schemaVersion    = "3"
 )
 
@@ -197,6 +198,7 @@ type tableInfo struct {
 	defaults   map[string]jsonv.Value // the constant defaults of fields (see rowRecord)
 	rules      map[string]MergeRule   // the fields' merge rules, if not the last writer
 	appendOnly bool                   // rows are immutable once written
+	orAbort    string                 // "OR ABORT " if the table declares conflict algorithms to override (see overridesConflicts)
 
 	upsertSQL string // ?1 id, ?2 canonical content
 	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
@@ -257,10 +259,18 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	case other != "":
 		return nil, fmt.Errorf("drivesync: table %s: table %s declares a foreign key DEFERRABLE INITIALLY DEFERRED that involves it: SQLite checks such a key only when the sync's transaction commits, where one refused row would fail the whole sync, at every sync; declare the foreign key without it (the engine writes rows in any order and writes a refused row again once its parent arrives)", t.Name, other)
 	}
-	if haveContent {
-		return documentTable(t, cols)
+	var def sql.NullString
+	if err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1`, t.Name).Scan(&def); err != nil {
+		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
 	}
-	return ordinaryTable(ctx, q, t, cols)
+	orAbort := ""
+	if overridesConflicts(def.String) {
+		orAbort = "OR ABORT "
+	}
+	if haveContent {
+		return documentTable(t, cols, orAbort)
+	}
+	return ordinaryTable(ctx, q, t, cols, orAbort)
 }
 
 // deferredKeys returns a table, table itself or one whose foreign keys
@@ -286,9 +296,46 @@ func deferredKeys(ctx context.Context, q querier, table string) (string, error) 
 }
 
 // declaresDeferred reports whether a CREATE TABLE statement declares a
-// constraint DEFERRABLE INITIALLY DEFERRED (not NOT DEFERRABLE ...): its
-// words outside comments, strings and quoted names.
+// constraint DEFERRABLE INITIALLY DEFERRED (not NOT DEFERRABLE ...).
 func declaresDeferred(def string) bool {
+	words := ddlWords(def)
+	for i := 0; i+2 < len(words); i++ {
+		if words[i] == "DEFERRABLE" && words[i+1] == "INITIALLY" && words[i+2] == "DEFERRED" && (i == 0 || words[i-1] != "NOT") {
+			return true
+		}
+	}
+	return false
+}
+
+// overridesConflicts reports whether a CREATE TABLE statement declares a
+// conflict algorithm that would drop or hide a row the engine writes,
+// which the engine's writes then override with OR ABORT (see upsertFor):
+// IGNORE or ROLLBACK on any constraint, REPLACE on a UNIQUE or PRIMARY
+// KEY (it deletes the other row holding the value). REPLACE on NOT NULL,
+// which stores the column's default for a NULL, is the app's own rule for
+// its rows and stays.
+func overridesConflicts(def string) bool {
+	words := ddlWords(def)
+	for i := 1; i+2 < len(words); i++ {
+		if words[i] != "ON" || words[i+1] != "CONFLICT" {
+			continue
+		}
+		switch words[i+2] {
+		case "IGNORE", "ROLLBACK":
+			return true
+		case "REPLACE":
+			if words[i-1] != "NULL" { // the clause follows its constraint: NOT NULL, or UNIQUE / PRIMARY KEY
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ddlWords returns the words of a CREATE TABLE statement, upper-cased,
+// outside comments, strings and quoted names (each of which reads as an
+// empty word); nil if a quote is not closed.
+func ddlWords(def string) []string {
 	var words []string
 	var w strings.Builder
 	flush := func() {
@@ -322,7 +369,7 @@ func declaresDeferred(def string) bool {
 			}
 			j := strings.IndexByte(def[i+1:], end)
 			if j < 0 {
-				return false
+				return nil
 			}
 			i += j + 1 // a doubled quote reads as two strings: no word either way
 			words = append(words, "")
@@ -333,21 +380,16 @@ func declaresDeferred(def string) bool {
 		}
 	}
 	flush()
-	for i := 0; i+2 < len(words); i++ {
-		if words[i] == "DEFERRABLE" && words[i+1] == "INITIALLY" && words[i+2] == "DEFERRED" && (i == 0 || words[i-1] != "NOT") {
-			return true
-		}
-	}
-	return false
+	return words
 }
 
 // documentTable checks a table with a content column: id TEXT PRIMARY
 // KEY, content JSON, projection columns.
-func documentTable(t Table, cols []column) (*tableInfo, error) {
+func documentTable(t Table, cols []column, orAbort string) (*tableInfo, error) {
 	if t.AppendOnly || len(t.Merge) > 0 {
 		return nil, fmt.Errorf("drivesync: table %s is a document table (it has a content column): AppendOnly and Merge apply to ordinary tables, whose columns are the record's fields", t.Name)
 	}
-	ti := &tableInfo{name: t.Name}
+	ti := &tableInfo{name: t.Name, orAbort: orAbort}
 	haveID := false
 	npk := 0
 	for _, c := range cols {
@@ -383,7 +425,7 @@ func documentTable(t Table, cols []column) (*tableInfo, error) {
 
 // ordinaryTable checks a table without a content column: it needs a
 // declared primary key whose values the devices share.
-func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tableInfo, error) {
+func ordinaryTable(ctx context.Context, q querier, t Table, cols []column, orAbort string) (*tableInfo, error) {
 	// Rows are read as UTF-8 bytes (see typedValue).
 	var enc string
 	if err := q.QueryRowContext(ctx, `PRAGMA encoding`).Scan(&enc); err != nil {
@@ -392,7 +434,7 @@ func ordinaryTable(ctx context.Context, q querier, t Table, cols []column) (*tab
 	if enc != "UTF-8" {
 		return nil, fmt.Errorf("drivesync: table %s: the database's text encoding is %s; ordinary tables need a UTF-8 database (SQLite's default: PRAGMA encoding before the first table is created)", t.Name, enc)
 	}
-	ti := &tableInfo{name: t.Name, ordinary: true}
+	ti := &tableInfo{name: t.Name, ordinary: true, orAbort: orAbort}
 	var keys []column
 	for _, c := range cols {
 		if c.hidden {
@@ -496,14 +538,14 @@ func (ti *tableInfo) buildSQL() {
 		vals = append(vals, extract)
 		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
 	}
-	// OR ABORT: see upsertFor.
-	ti.upsertSQL = fmt.Sprintf("INSERT OR ABORT INTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
-		tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
+	// OR ABORT where needed: see upsertFor.
+	ti.upsertSQL = fmt.Sprintf("INSERT %sINTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
+		ti.orAbort, tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
 	assign := make([]string, 0, len(cols)-1)
 	for i := 1; i < len(cols); i++ {
 		assign = append(assign, cols[i]+" = "+vals[i])
 	}
-	ti.updateSQL = fmt.Sprintf("UPDATE OR ABORT %s SET %s WHERE id = ?1", tbl, strings.Join(assign, ", "))
+	ti.updateSQL = fmt.Sprintf("UPDATE %s%s SET %s WHERE id = ?1", ti.orAbort, tbl, strings.Join(assign, ", "))
 	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
 	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
 	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1", tbl)
@@ -603,7 +645,19 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 	if err != nil {
 		return "", err
 	}
+	var outbox bool
+	if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_outbox)`).Scan(&outbox); err != nil {
+		return "", err
+	}
 	switch {
+	case deviceID == "" && stored != "" && moved && outbox:
+		// As below, but the outbox holds an upload named and stamped
+		// with the old id: the next sync publishes and adopts it under
+		// that id, then takes the new one (see renewMovedID).
+		deviceID = stored
+		if err := setMeta(ctx, q, metaRenewID, "1"); err != nil {
+			return "", err
+		}
 	case deviceID == "" && stored != "" && moved:
 		// Not the file that took the id: a copy of the database (or
 		// a backup put back). Two copies syncing under one id stamp

@@ -80,6 +80,9 @@ func (s *syncRun) sync(ctx context.Context) (*listing, *fetched, error) {
 	if err := s.recoverOutbox(ctx, l); err != nil {
 		return nil, nil, err
 	}
+	if err := s.renewMovedID(ctx); err != nil {
+		return nil, nil, err
+	}
 	if err := s.checkCopied(ctx, l); err != nil {
 		return nil, nil, err
 	}
