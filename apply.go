@@ -815,22 +815,22 @@ func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[
 		if !alone {
 			continue
 		}
-		// A row the table refuses even so (a value another row holds
-		// outside the group, a CHECK) leaves the group, which is tried
-		// again without it, a bounded number of times.
+		// Rows the table refuses even so (a value another row holds
+		// outside the group, a CHECK) leave the group, which is tried
+		// again without them, a bounded number of times.
 		for try := 0; len(group) >= 2 && try < togetherTries; try++ {
 			failed, err := s.tryTogether(ctx, t, group)
 			if err != nil {
 				return err
 			}
-			if failed < 0 {
+			if len(failed) == 0 {
 				s.e.log.Info("drivesync: rows the table refused one at a time written together", "table", t.name, "rows", len(group))
 				for _, k := range group {
 					s.rows[k] = nil
 				}
 				break
 			}
-			group = slices.Delete(group, failed, failed+1)
+			group = slices.DeleteFunc(group, func(k recordKey) bool { return failed[k] })
 		}
 	}
 	return nil
@@ -840,42 +840,47 @@ func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[
 const togetherTries = 8
 
 // tryTogether writes group's rows of t together in a savepoint (see
-// writeTogether) and returns -1, or the index of the row the table
-// refused, having rolled the savepoint back.
-func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey) (failed int, _ error) {
+// writeTogether). If the table refuses any, it rolls the savepoint back
+// and returns those it refused (each write is tried, so that one try
+// finds them all).
+func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey) (failed map[recordKey]bool, _ error) {
 	if err := s.exec(ctx, `SAVEPOINT drivesync_together`); err != nil {
-		return 0, err
+		return nil, err
 	}
-	failed = -1
-	err := func() error {
-		states := make([]*recordState, len(group))
-		for i, k := range group {
-			st, err := s.loadState(ctx, k.table, k.record)
-			if err != nil {
-				return err
-			}
-			states[i] = st
-			if err := t.deleteRow(ctx, s, k.record); err != nil {
-				failed = i
-				return err
-			}
+	failed = map[recordKey]bool{}
+	// A refused statement undoes only itself; a trigger that raises
+	// ROLLBACK ends the transaction, which refused reports as an error.
+	refuse := func(k recordKey, err error) error {
+		if err == nil {
+			return nil
 		}
-		for i, k := range group {
-			if n := states[i].node; n.Exists() {
-				if err := t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value()))); err != nil {
-					failed = i
-					return err
-				}
-			}
+		if ok, err := refused(ctx, s.conn, err); !ok {
+			return err
 		}
+		failed[k] = true
 		return nil
-	}()
-	if err != nil {
-		if ok, err := refused(ctx, s.conn, err); !ok || failed < 0 {
-			return 0, cmp.Or(err, errors.New("internal error: a write together failed outside a row"))
+	}
+	states := make([]*recordState, len(group))
+	for i, k := range group {
+		st, err := s.loadState(ctx, k.table, k.record)
+		if err != nil {
+			return nil, err
 		}
+		states[i] = st
+		if err := refuse(k, t.deleteRow(ctx, s, k.record)); err != nil {
+			return nil, err
+		}
+	}
+	for i, k := range group {
+		if n := states[i].node; n.Exists() && !failed[k] {
+			if err := refuse(k, t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value())))); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(failed) > 0 {
 		if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	return failed, s.exec(ctx, `RELEASE drivesync_together`)

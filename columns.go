@@ -59,11 +59,7 @@ func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
 	for name, d := range dflts {
 		expr := "NULL"
 		if d.expr.Valid {
-			expr = strings.TrimSpace(d.expr.String)
-			for strings.HasPrefix(expr, "(") && strings.HasSuffix(expr, ")") {
-				expr = strings.TrimSpace(expr[1 : len(expr)-1])
-			}
-			if !literalRE.MatchString(expr) {
+			if expr = constantDefault(d.expr); expr == "" {
 				continue // not a constant: every row has its own
 			}
 		}
@@ -81,6 +77,22 @@ func (t *tableInfo) readDefaults(ctx context.Context, q querier) error {
 		t.defaults[name] = jv
 	}
 	return nil
+}
+
+// constantDefault returns a column's declared default if it is a
+// constant (see literalRE), without its parentheses; "" if it is none.
+func constantDefault(d sql.NullString) string {
+	if !d.Valid {
+		return ""
+	}
+	expr := strings.TrimSpace(d.String)
+	for strings.HasPrefix(expr, "(") && strings.HasSuffix(expr, ")") {
+		expr = strings.TrimSpace(expr[1 : len(expr)-1])
+	}
+	if !literalRE.MatchString(expr) {
+		return ""
+	}
+	return expr
 }
 
 // storedDefault returns the type and value that a column declared decl

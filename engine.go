@@ -469,7 +469,7 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 	cols, vals := []string{"id", "content"}, []string{"s.record_id", content}
 	for _, c := range t.columns {
 		cols = append(cols, quoteIdent(c))
-		vals = append(vals, projection("s.record_data", c))
+		vals = append(vals, t.projection("s.record_data", c))
 	}
 	return engineWrites(ctx, q, func() error {
 		insert := fmt.Sprintf(`INSERT OR IGNORE INTO %s (%s) SELECT %s FROM sync_states s

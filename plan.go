@@ -199,7 +199,7 @@ ORDER BY p.record_id`
 		canonical = "typeof(c.content) = 'blob'"
 	}
 	for _, col := range t.columns {
-		canonical += fmt.Sprintf(" AND c.%s IS %s", quoteIdent(col), projection("c.content", col))
+		canonical += fmt.Sprintf(" AND c.%s IS %s", quoteIdent(col), t.projection("c.content", col))
 	}
 	return fmt.Sprintf(`SELECT p.record_id, c.id, c.id IS NOT NULL,
 	CASE WHEN typeof(c.content) = 'text' THEN c.content WHEN %[1]s THEN json(c.content) END,

@@ -483,7 +483,16 @@ func (t *tableInfo) upsertColumns(ctx context.Context, r runner, id string, key 
 		args = append(args, val)
 	}
 	if len(cols) == 0 {
-		return r.exec(ctx, t.upsertFor(cols), args...) // DO NOTHING: a row that exists stays
+		// DO NOTHING: a row that exists stays; one that does not, and
+		// is still missing, an app trigger skipped (see writeOne).
+		n, err := r.execCount(ctx, t.upsertFor(cols), args...)
+		if err != nil || n > 0 {
+			return err
+		}
+		if there, err := t.rowThere(ctx, r, key); err != nil || there {
+			return err
+		}
+		return rowErrorf("table %s, record %s: a trigger of the table skipped the write (RAISE(IGNORE)); the row keeps what it showed", t.name, id)
 	}
 	return t.writeOne(ctx, r, id, t.upsertFor(cols), args...)
 }
@@ -529,7 +538,7 @@ func refused(ctx context.Context, q querier, err error) (ok bool, _ error) {
 // deleteRow deletes the app's row of record id, if any.
 func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
 	if !t.ordinary {
-		return r.exec(ctx, t.deleteSQL, id)
+		return t.deleteOne(ctx, r, id, id)
 	}
 	key, err := t.decodeKey(id)
 	if err != nil {
@@ -544,12 +553,37 @@ func (t *tableInfo) deleteRow(ctx context.Context, r runner, id string) error {
 		}
 		// The engine's row follows the record, deleted by an app version
 		// without AppendOnly.
-		if err := r.exec(ctx, t.deleteSQL, key...); err != nil {
+		if err := t.deleteOne(ctx, r, id, key...); err != nil {
 			return err
 		}
 		return r.exec(ctx, `DELETE FROM sync_placed WHERE table_name = ?1 AND record_id = ?2`, t.name, id)
 	}
-	return r.exec(ctx, t.deleteSQL, key...)
+	return t.deleteOne(ctx, r, id, key...)
+}
+
+// deleteOne deletes the row of record id (key: its key's values, or its
+// id), if there is one. A delete that an app trigger skips with
+// RAISE(IGNORE) leaves the row: a refusal, as in writeOne.
+func (t *tableInfo) deleteOne(ctx context.Context, r runner, id string, key ...any) error {
+	n, err := r.execCount(ctx, t.deleteSQL, key...)
+	if err != nil || n > 0 {
+		return err
+	}
+	if there, err := t.rowThere(ctx, r, key); err != nil || !there {
+		return err
+	}
+	return rowErrorf("table %s, record %s: a trigger of the table skipped the delete (RAISE(IGNORE)); the row stays", t.name, id)
+}
+
+// rowThere reports whether the table has the row of key (its key's
+// values, or a document's id).
+func (t *tableInfo) rowThere(ctx context.Context, r runner, key []any) (bool, error) {
+	var one int
+	err := r.queryRow(ctx, t.existsSQL, key, &one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (t *tableInfo) hasField(col string) bool { return t.fieldSet[col] }
@@ -616,6 +650,7 @@ func (t *tableInfo) ordinarySQL() {
 	}
 	t.readSQL = fmt.Sprintf("SELECT %s FROM %s c WHERE %s", t.selectFields("c"), tbl, strings.Join(where, " AND "))
 	t.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
+	t.existsSQL = fmt.Sprintf("SELECT 1 FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
 	t.fieldSet = map[string]bool{}
 	for _, f := range t.fields {
 		t.fieldSet[f] = true

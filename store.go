@@ -199,10 +199,14 @@ type tableInfo struct {
 	rules      map[string]MergeRule   // the fields' merge rules, if not the last writer
 	appendOnly bool                   // rows are immutable once written
 	orAbort    string                 // "OR ABORT " if the table declares conflict algorithms to override (see overridesConflicts)
+	// fillDefaults: a document table's NOT NULL projections with a
+	// constant default, written for a NULL under OR ABORT (see buildSQL).
+	fillDefaults map[string]string
 
 	upsertSQL string // ?1 id, ?2 canonical content
 	updateSQL string // ?1 id, ?2 canonical content; for rows known to exist
 	deleteSQL string // ?1 id; an ordinary table's key columns
+	existsSQL string // the same parameters -> a row if the table has it
 	readSQL   string // ?1 id -> content as JSON text, or no row; ordinary: by key
 	sameSQL   string // ?1 id, ?2 canonical content -> whether the row's JSONB is the engine's encoding of it
 
@@ -215,6 +219,8 @@ type column struct {
 	name, typ string
 	pk        int
 	hidden    bool
+	notNull   bool
+	dflt      sql.NullString // the default's SQL text, as declared
 }
 
 func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
@@ -228,7 +234,7 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	if err == nil && stored != t.Name {
 		return nil, fmt.Errorf("drivesync: table %s is spelled %s in the database: register it with that spelling (devices compare table names exactly)", t.Name, stored)
 	}
-	rows, err := q.QueryContext(ctx, `SELECT name, type, pk, hidden FROM pragma_table_xinfo(?)`, t.Name)
+	rows, err := q.QueryContext(ctx, `SELECT name, type, pk, hidden, "notnull", dflt_value FROM pragma_table_xinfo(?)`, t.Name)
 	if err != nil {
 		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
 	}
@@ -238,7 +244,7 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	for rows.Next() {
 		var c column
 		var hidden int
-		if err := rows.Scan(&c.name, &c.typ, &c.pk, &hidden); err != nil {
+		if err := rows.Scan(&c.name, &c.typ, &c.pk, &hidden, &c.notNull, &c.dflt); err != nil {
 			return nil, err
 		}
 		// Generated and hidden columns are SQLite's to fill.
@@ -411,6 +417,16 @@ func documentTable(t Table, cols []column, orAbort string) (*tableInfo, error) {
 				return nil, fmt.Errorf("drivesync: table %s: column %q is not a plain identifier; projection columns take their value from the same-named key of content", t.Name, c.name)
 			}
 			ti.columns = append(ti.columns, c.name)
+			if d := constantDefault(c.dflt); c.notNull && d != "" && orAbort != "" {
+				// OR ABORT overrides a NOT NULL ON CONFLICT REPLACE,
+				// which stored the default for a NULL: the engine
+				// fills it in itself. (A projection is not synced: a
+				// row that shows the default is no edit.)
+				if ti.fillDefaults == nil {
+					ti.fillDefaults = map[string]string{}
+				}
+				ti.fillDefaults[c.name] = d
+			}
 		}
 	}
 	switch {
@@ -523,6 +539,15 @@ func projection(src, col string) string {
 	return fmt.Sprintf("json_extract(%s, '$.%s')", src, col)
 }
 
+// projection is the package's projection of col from src, with the
+// default filled in where the table needs it (see fillDefaults).
+func (ti *tableInfo) projection(src, col string) string {
+	if d, ok := ti.fillDefaults[col]; ok {
+		return fmt.Sprintf("coalesce(%s, %s)", projection(src, col), d)
+	}
+	return projection(src, col)
+}
+
 func (ti *tableInfo) buildSQL() {
 	tbl := quoteIdent(ti.name)
 	content := "?2"
@@ -533,7 +558,7 @@ func (ti *tableInfo) buildSQL() {
 	vals := []string{"?1", content}
 	sets := []string{"content = excluded.content"}
 	for _, c := range ti.columns {
-		extract := projection("?2", c)
+		extract := ti.projection("?2", c)
 		cols = append(cols, quoteIdent(c))
 		vals = append(vals, extract)
 		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
@@ -547,6 +572,7 @@ func (ti *tableInfo) buildSQL() {
 	}
 	ti.updateSQL = fmt.Sprintf("UPDATE %s%s SET %s WHERE id = ?1", ti.orAbort, tbl, strings.Join(assign, ", "))
 	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
+	ti.existsSQL = fmt.Sprintf("SELECT 1 FROM %s WHERE id = ?1", tbl)
 	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
 	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1", tbl)
 }
@@ -668,12 +694,18 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 		deviceID = uuid.NewString()
 	case deviceID == "" && stored != "":
 		deviceID = stored
+	case deviceID != "":
+		// The app's id: never changed by the engine, nor owed anew.
+		if _, err := q.ExecContext(ctx, `DELETE FROM sync_meta WHERE key = ?`, metaRenewID); err != nil {
+			return "", err
+		}
+		if stored != "" && stored != deviceID {
+			// A new id for the same database would reuse versions the
+			// old id already stamped; refuse rather than risk it.
+			return "", fmt.Errorf("drivesync: Config.DeviceID %q differs from the id %q this database already syncs as; leave DeviceID empty or use the stored id", deviceID, stored)
+		}
 	case deviceID == "":
 		deviceID = uuid.NewString()
-	case stored != "" && stored != deviceID:
-		// A new id for the same database would reuse versions the old
-		// id already stamped; refuse rather than risk it.
-		return "", fmt.Errorf("drivesync: Config.DeviceID %q differs from the id %q this database already syncs as; leave DeviceID empty or use the stored id", deviceID, stored)
 	}
 	if err := merge.CheckDeviceID(deviceID); err != nil {
 		return "", err
