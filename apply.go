@@ -786,8 +786,9 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 // column (two items swapping their positions) can never be written one by
 // one: each row's new value is held by the other until that one changes.
 // In a savepoint, the rows of those records are deleted, then written
-// from their synced states; if the table refuses one even so, the
-// savepoint is rolled back and they stay unwritten. A table whose deletes
+// from their synced states; if the table refuses some even so, the
+// savepoint is rolled back and those leave the group, which is tried
+// again without them (see tryTogether). A table whose deletes
 // reach past its own rows is left alone: a foreign key that cascades from
 // it (foreign keys on) or an app trigger on it would see the rows go.
 func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[recordKey]bool) error {
