@@ -155,19 +155,31 @@ func TestReview21NewFileAdoptsOutboxUnderNewID(t *testing.T) {
 // declared algorithms would drop or hide a row (see overridesConflicts).
 //
 // Sequence: a puts n1 {"body":"hello"} (no title); a syncs; b syncs.
+//
+// Review 22 found the same with an IGNORE elsewhere in the table, where
+// the engine must say OR ABORT: it now fills the projection's default
+// itself (fillDefaults).
 func TestReview21NotNullReplaceProjectionRefused(t *testing.T) {
-	remote := NewMemoryRemote()
-	schema := `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT NOT NULL ON CONFLICT REPLACE DEFAULT '')`
-	a := newDevice(t, "dev-a", remote, schema)
-	b := newDevice(t, "dev-b", remote, schema)
-	a.put("n1", `{"body":"hello"}`)
-	syncAll(t, a, b)
-	r := b.sync()
-	if ids := unwrittenIDs(r); len(ids) != 0 {
-		t.Errorf("b: unwritten %v at every sync (%v)", ids, r.Unwritten)
-	}
-	if got, want := b.get("n1"), a.get("n1"); got != want {
-		t.Errorf("b holds n1 = %q, a %q: the note never reaches b", got, want)
+	for name, schema := range map[string]string{
+		"alone": `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT NOT NULL ON CONFLICT REPLACE DEFAULT '')`,
+		"beside an IGNORE": `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL,
+	title TEXT NOT NULL ON CONFLICT REPLACE DEFAULT '',
+	slug TEXT UNIQUE ON CONFLICT IGNORE)`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			remote := NewMemoryRemote()
+			a := newDevice(t, "dev-a", remote, schema)
+			b := newDevice(t, "dev-b", remote, schema)
+			a.put("n1", `{"body":"hello"}`)
+			syncAll(t, a, b)
+			r := b.sync()
+			if ids := unwrittenIDs(r); len(ids) != 0 {
+				t.Errorf("b: unwritten %v at every sync (%v)", ids, r.Unwritten)
+			}
+			if got, want := b.get("n1"), a.get("n1"); got != want {
+				t.Errorf("b holds n1 = %q, a %q: the note never reaches b", got, want)
+			}
+		})
 	}
 }
 

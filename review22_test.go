@@ -143,38 +143,6 @@ func TestReview22DeleteIgnoredSilently(t *testing.T) {
 	}
 }
 
-// overridesConflicts is per table, and OR ABORT is per statement: on a
-// document table that declares NOT NULL ON CONFLICT REPLACE DEFAULT (the
-// idiom review21 restored) and also some IGNORE (or a UNIQUE ... REPLACE)
-// elsewhere, the engine still says OR ABORT, which overrides the NOT
-// NULL's REPLACE too. A note whose content lacks the projected title is
-// refused on b at every sync and never written (its record never
-// changes to carry a title), where a plain INSERT, as the app makes on
-// a, stores the default. README: "NOT NULL ON CONFLICT REPLACE ... keeps
-// working".
-//
-// Sequence: a puts n1 {"body":"hello"}; all sync; b syncs again.
-//
-// Now the engine fills a document table's NOT NULL projection with its
-// constant default under OR ABORT (fillDefaults).
-func TestReview22NotNullReplaceBesideIgnore(t *testing.T) {
-	remote := NewMemoryRemote()
-	schema := `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL,
-	title TEXT NOT NULL ON CONFLICT REPLACE DEFAULT '',
-	slug TEXT UNIQUE ON CONFLICT IGNORE)`
-	a := newDevice(t, "dev-a", remote, schema)
-	b := newDevice(t, "dev-b", remote, schema)
-	a.put("n1", `{"body":"hello"}`)
-	syncAll(t, a, b)
-	r := b.sync()
-	if ids := unwrittenIDs(r); len(ids) != 0 {
-		t.Errorf("b: unwritten %v at every sync (%v)", ids, r.Unwritten)
-	}
-	if got, want := b.get("n1"), a.get("n1"); got != want {
-		t.Errorf("b holds n1 = %q, a %q: the note never reaches b", got, want)
-	}
-}
-
 // writeTogether drops one refused row per try and gives up after
 // togetherTries (8). With eight rows the table refuses for their own
 // reason (b's UNIQUE index on title: a gave them i1's title) beside a
