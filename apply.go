@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/drivesync/drivesync/internal/merge"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
-	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // The commit phase, the sync's one write transaction: merge the own and
@@ -781,21 +781,24 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 	return nil
 }
 
-// writeTogether writes at once the rows of a table that its constraints
-// still refuse one at a time. Rows that trade the values of a UNIQUE
-// column (two items swapping their positions) can never be written one by
-// one: each row's new value is held by the other until that one changes.
-// In a savepoint, the rows of those records are deleted, then written
-// from their synced states; if the table refuses some even so, the
-// savepoint is rolled back and those leave the group, which is tried
-// again without them (see tryTogether). A table whose deletes
-// reach past its own rows is left alone: a foreign key that cascades from
-// it (foreign keys on) or an app trigger on it would see the rows go.
+// writeTogether writes at once the rows of a table that its UNIQUE
+// constraints still refuse one at a time. Rows that trade the values of a
+// UNIQUE column (two items swapping their positions) can never be written
+// one by one: each row's new value is held by the other until that one
+// changes. In a savepoint, the rows of those records are deleted, then
+// written from their synced states; if the table refuses one even so,
+// the savepoint is rolled back, and that row leaves the group, or, if a
+// row written before it in the try took what it needs, goes first (see
+// tryTogether). A table whose deletes reach past its own rows is left
+// alone: a foreign key that cascades from it (foreign keys on) or an app
+// trigger on it would see the rows go. Rows refused for another reason (a
+// CHECK, NOT NULL, a foreign key) are no part of it: no order of writes
+// changes that.
 func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[recordKey]bool) error {
 	var groups [][]recordKey // keys are sorted by table
 	for _, k := range keys {
 		t := s.e.tables[k.table]
-		if err := s.rows[k]; err == nil || keep[k] || t == nil || t.appendOnly || !sqliteerr.IsConstraint(err) {
+		if err := s.rows[k]; err == nil || keep[k] || t == nil || t.appendOnly || uniqueRefusal(err) == "" {
 			continue
 		}
 		if n := len(groups); n > 0 && groups[n-1][0].table == k.table {
@@ -816,75 +819,91 @@ func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[
 		if !alone {
 			continue
 		}
-		// Rows the table refuses even so (a value another row holds
-		// outside the group, a CHECK) leave the group, which is tried
-		// again without them, a bounded number of times.
 		for try := 0; len(group) >= 2 && try < togetherTries; try++ {
-			failed, err := s.tryTogether(ctx, t, group)
+			failed, refusal, err := s.tryTogether(ctx, t, group)
 			if err != nil {
 				return err
 			}
-			if len(failed) == 0 {
+			if failed < 0 {
 				s.e.log.Info("drivesync: rows the table refused one at a time written together", "table", t.name, "rows", len(group))
 				for _, k := range group {
 					s.rows[k] = nil
 				}
 				break
 			}
-			group = slices.DeleteFunc(group, func(k recordKey) bool { return failed[k] })
+			k := group[failed]
+			group = slices.Delete(group, failed, failed+1)
+			if failed > 0 && uniqueRefusal(refusal) != uniqueRefusal(s.rows[k]) {
+				// Refused over another value than on its own: a row
+				// written before it in this try took one it keeps (the
+				// other row is the one refused on its own). It goes
+				// first.
+				group = slices.Insert(group, 0, k)
+			}
 		}
 	}
 	return nil
 }
 
 // togetherTries bounds the tries of writeTogether for one table's rows.
-const togetherTries = 8
+const togetherTries = 64
+
+// uniqueRefusalRE finds, in a refusal, the UNIQUE constraint that SQLite's
+// message names: "UNIQUE constraint failed: items.pos".
+var uniqueRefusalRE = regexp.MustCompile(`UNIQUE constraint failed: [^()]*[^() ]`)
+
+// uniqueRefusal returns the UNIQUE constraint refusal err names, "" if
+// none.
+func uniqueRefusal(err error) string {
+	if err == nil {
+		return ""
+	}
+	return uniqueRefusalRE.FindString(err.Error())
+}
 
 // tryTogether writes group's rows of t together in a savepoint (see
-// writeTogether). If the table refuses any, it rolls the savepoint back
-// and returns those it refused (each write is tried, so that one try
-// finds them all).
-func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey) (failed map[recordKey]bool, _ error) {
+// writeTogether) and returns -1, or the index of the first row the table
+// refused and the refusal, having rolled the savepoint back.
+func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey) (failed int, refusal, _ error) {
 	if err := s.exec(ctx, `SAVEPOINT drivesync_together`); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	failed = map[recordKey]bool{}
-	// A refused statement undoes only itself; a trigger that raises
-	// ROLLBACK ends the transaction, which refused reports as an error.
-	refuse := func(k recordKey, err error) error {
-		if err == nil {
-			return nil
-		}
-		if ok, err := refused(ctx, s.conn, err); !ok {
-			return err
-		}
-		failed[k] = true
-		return nil
-	}
-	states := make([]*recordState, len(group))
-	for i, k := range group {
-		st, err := s.loadState(ctx, k.table, k.record)
-		if err != nil {
-			return nil, err
-		}
-		states[i] = st
-		if err := refuse(k, t.deleteRow(ctx, s, k.record)); err != nil {
-			return nil, err
-		}
-	}
-	for i, k := range group {
-		if n := states[i].node; n.Exists() && !failed[k] {
-			if err := refuse(k, t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value())))); err != nil {
-				return nil, err
+	failed = -1
+	err := func() error {
+		states := make([]*recordState, len(group))
+		for i, k := range group {
+			st, err := s.loadState(ctx, k.table, k.record)
+			if err != nil {
+				return err
+			}
+			states[i] = st
+			if err := t.deleteRow(ctx, s, k.record); err != nil {
+				failed = i
+				return err
 			}
 		}
-	}
-	if len(failed) > 0 {
-		if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
-			return nil, err
+		for i, k := range group {
+			if n := states[i].node; n.Exists() {
+				if err := t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value()))); err != nil {
+					failed = i
+					return err
+				}
+			}
 		}
+		return nil
+	}()
+	if err != nil {
+		// A trigger that raises ROLLBACK ends the transaction, which
+		// refused reports as an error.
+		if ok, rerr := refused(ctx, s.conn, err); !ok || failed < 0 {
+			return 0, nil, cmp.Or(rerr, err)
+		}
+		if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
+			return 0, nil, err
+		}
+		refusal = err
 	}
-	return failed, s.exec(ctx, `RELEASE drivesync_together`)
+	return failed, refusal, s.exec(ctx, `RELEASE drivesync_together`)
 }
 
 // deletesStayInTable reports whether deleting a row of table touches
