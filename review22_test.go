@@ -156,7 +156,10 @@ func TestReview22DeleteIgnoredSilently(t *testing.T) {
 // Sequence: a has i1..i3 and j1..j8; b adds a UNIQUE index on title; a
 // swaps i1 and i2 and sets j1..j8's titles to 'first'; all sync.
 //
-// Now each try writes every row and drops all those refused at once.
+// Now the tries are bounded at 64 per table and sync, and rows refused
+// over a CHECK, NOT NULL or foreign key never join the group (see
+// writeTogether; review 23 replaced a first fix that dropped every row
+// refused in a try at once).
 func TestReview22EightRefusalsBlockSwap(t *testing.T) {
 	a, b := swapDevices(t, testDSN, `CREATE UNIQUE INDEX items_title ON items (title)`, "")
 	for i := 1; i <= 8; i++ {
