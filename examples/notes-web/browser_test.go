@@ -202,7 +202,12 @@ func TestBrowser(t *testing.T) {
 		}
 		submit(c, d, `li.note button.save`)
 	}
+	// The add and the two edits fall in different seconds, so both edits
+	// set updated_at and conflict there too: the page lists only the
+	// conflict on the text.
+	nextSecond()
 	edit(ta, a, "A's edit")
+	nextSecond()
 	edit(tb, b, "B's edit")
 	syncNow(ta, a)
 	syncNow(tb, b)
@@ -216,6 +221,13 @@ func TestBrowser(t *testing.T) {
 	}
 	if loser != `"A's edit"` {
 		t.Fatalf("A's conflict shows %q as its value", loser)
+	}
+	var shown int
+	if err := chromedp.Run(ta, chromedp.Evaluate(`document.querySelectorAll(".conflict").length`, &shown)); err != nil || shown != 1 {
+		t.Fatalf("A shows %d conflicts, want the one on the text (%v)", shown, err)
+	}
+	if logged := a.conflicts(t); len(logged) != 2 {
+		t.Fatalf("A logged %v, want conflicts on text and updated_at", logged)
 	}
 	shot(ta, "a-conflict")
 	var bConflicts int
@@ -232,6 +244,9 @@ func TestBrowser(t *testing.T) {
 	if got := notes(ta); len(got) != 1 || got[0] != "A's edit" {
 		t.Fatalf("A shows %q after keeping its value", got)
 	}
+	if logged := a.conflicts(t); len(logged) != 0 {
+		t.Fatalf("A still logs %v after keeping its text", logged)
+	}
 	shot(ta, "a-kept-mine")
 	syncNow(ta, a)
 	syncNow(tb, b)
@@ -239,6 +254,20 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("B shows %q, want A's kept value", got)
 	}
 	shot(tb, "b-final")
+}
+
+// conflicts returns the paths of the conflicts d's engine logs.
+func (d *device) conflicts(t *testing.T) []string {
+	t.Helper()
+	cs, err := d.srv.app.Engine.Conflicts(context.Background(), drivesync.ConflictFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, c := range cs {
+		paths = append(paths, strings.Join(c.Path, "."))
+	}
+	return paths
 }
 
 // lastSync returns the status panel's last sync line.
@@ -258,4 +287,10 @@ func errorText(c context.Context) string {
 	var s string
 	chromedp.Run(c, chromedp.Evaluate(`(document.getElementById("error") || {}).textContent || ""`, &s))
 	return s
+}
+
+// nextSecond sleeps until the clock's next whole second: notes' updated_at
+// counts seconds.
+func nextSecond() {
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 }

@@ -81,7 +81,7 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if p.Notes, err = s.app.List(ctx); err == nil {
 		if p.Status, err = s.app.Engine.Status(ctx); err == nil {
-			p.Conflicts, err = s.app.Engine.Conflicts(ctx, drivesync.ConflictFilter{Table: "notes"})
+			p.Conflicts, err = s.app.Conflicts(ctx)
 		}
 	}
 	if err != nil {
@@ -134,7 +134,7 @@ func (s *server) resolve(w http.ResponseWriter, r *http.Request) {
 		back(w, r, fmt.Errorf("keep mine or theirs, not %q", r.PathValue("keep")))
 		return
 	}
-	back(w, r, s.app.Engine.ResolveConflict(r.Context(), id, k))
+	back(w, r, s.app.Resolve(r.Context(), id, k))
 }
 
 // sync starts a sync, unless one runs; the page follows it on /events.

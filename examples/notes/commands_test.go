@@ -98,7 +98,12 @@ func TestStatusAndConflicts(t *testing.T) {
 	}
 	a.run("sync")
 	b.run("sync")
+	// The add and the two edits fall in different seconds, so both edits
+	// set updated_at and conflict there too: notes lists only the
+	// conflict on the text.
+	nextSecond()
 	a.run("edit", id, "a's version")
+	nextSecond()
 	b.run("edit", id, "b's version")
 	a.run("sync")
 	b.run("sync")
@@ -120,6 +125,9 @@ func TestStatusAndConflicts(t *testing.T) {
 	cid := strings.Fields(list)[0]
 	if got := loser.run("resolve", cid, "mine"); !strings.Contains(got, "next sync sends it") {
 		t.Fatalf("resolve: %q", got)
+	}
+	if got := loser.run("conflicts"); !strings.Contains(got, "no conflicts") {
+		t.Fatalf("conflicts after resolving:\n%s", got)
 	}
 	loser.run("sync")
 	a.run("sync")
@@ -198,4 +206,10 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// nextSecond sleeps until the clock's next whole second: notes' updated_at
+// counts seconds.
+func nextSecond() {
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 }

@@ -188,9 +188,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	case "status":
-		return printStatus(ctx, stdout, a.Engine)
+		return printStatus(ctx, stdout, a)
 	case "conflicts":
-		return printConflicts(ctx, stdout, a.Engine)
+		return printConflicts(ctx, stdout, a)
 	case "resolve":
 		return resolve(ctx, stdout, a, args[0], args[1])
 	case "watch":

@@ -89,9 +89,14 @@ func size(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// printStatus prints what Engine.Status says.
-func printStatus(ctx context.Context, w io.Writer, e *drivesync.Engine) error {
-	st, err := e.Status(ctx)
+// printStatus prints what Engine.Status says, and how many conflicts
+// notes conflicts lists.
+func printStatus(ctx context.Context, w io.Writer, a *notesapp.App) error {
+	st, err := a.Engine.Status(ctx)
+	if err != nil {
+		return err
+	}
+	conflicts, err := a.Conflicts(ctx)
 	if err != nil {
 		return err
 	}
@@ -131,15 +136,15 @@ func printStatus(ctx context.Context, w io.Writer, e *drivesync.Engine) error {
 	if st.ClockWarning != "" {
 		fmt.Fprintf(w, "warning     %s\n", st.ClockWarning)
 	}
-	if st.Conflicts > 0 {
-		fmt.Fprintf(w, "conflicts   %d (run notes conflicts)\n", st.Conflicts)
+	if len(conflicts) > 0 {
+		fmt.Fprintf(w, "conflicts   %d (run notes conflicts)\n", len(conflicts))
 	}
 	return nil
 }
 
 // printConflicts lists the conflict log.
-func printConflicts(ctx context.Context, w io.Writer, e *drivesync.Engine) error {
-	cs, err := e.Conflicts(ctx, drivesync.ConflictFilter{Table: "notes"})
+func printConflicts(ctx context.Context, w io.Writer, a *notesapp.App) error {
+	cs, err := a.Conflicts(ctx)
 	if err != nil {
 		return err
 	}
@@ -165,7 +170,7 @@ func resolve(ctx context.Context, w io.Writer, a *notesapp.App, id, keep string)
 	if !ok {
 		return fmt.Errorf("resolve %s %s: say mine or theirs", id, keep)
 	}
-	if err := a.Engine.ResolveConflict(ctx, n, r); err != nil {
+	if err := a.Resolve(ctx, n, r); err != nil {
 		return err
 	}
 	if r == drivesync.KeepLoser {

@@ -165,6 +165,53 @@ func (a *App) Update(ctx context.Context, id, field string, value any) error {
 	return tx.Commit()
 }
 
+// bookkeeping reports whether a conflict is on updated_at, which every
+// edit sets: two devices editing a note in different seconds conflict
+// there too, which says nothing the conflict on the field the user changed
+// does not.
+func bookkeeping(c drivesync.Conflict) bool {
+	return len(c.Path) == 1 && c.Path[0] == "updated_at"
+}
+
+// Conflicts returns the conflicts to show the user: those on notes'
+// fields, newest first, without those on updated_at.
+func (a *App) Conflicts(ctx context.Context) ([]drivesync.Conflict, error) {
+	all, err := a.Engine.Conflicts(ctx, drivesync.ConflictFilter{Table: "notes"})
+	shown := all[:0]
+	for _, c := range all {
+		if !bookkeeping(c) {
+			shown = append(shown, c)
+		}
+	}
+	return shown, err
+}
+
+// Resolve resolves conflict id as the user chose, and dismisses the
+// unshown updated_at conflicts of the same note with it.
+func (a *App) Resolve(ctx context.Context, id int64, keep drivesync.Resolution) error {
+	all, err := a.Engine.Conflicts(ctx, drivesync.ConflictFilter{Table: "notes"})
+	if err != nil {
+		return err
+	}
+	if err := a.Engine.ResolveConflict(ctx, id, keep); err != nil {
+		return err
+	}
+	record := ""
+	for _, c := range all {
+		if c.ID == id {
+			record = c.Record
+		}
+	}
+	for _, c := range all {
+		if c.Record == record && bookkeeping(c) {
+			if err := a.Engine.ResolveConflict(ctx, c.ID, drivesync.KeepWinner); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Purge deletes the row; the next sync deletes it on the other devices.
 func (a *App) Purge(ctx context.Context, id string) error {
 	id, err := a.ID(ctx, id)
