@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/merge"
@@ -786,14 +787,13 @@ func (s *applier) retryUnwritten(ctx context.Context) error {
 // UNIQUE column (two items swapping their positions) can never be written
 // one by one: each row's new value is held by the other until that one
 // changes. In a savepoint, the rows of those records are deleted, then
-// written from their synced states; if the table refuses one even so,
-// the savepoint is rolled back, and that row leaves the group, or, if a
-// row written before it in the try took what it needs, goes first (see
-// tryTogether). A table whose deletes reach past its own rows is left
-// alone: a foreign key that cascades from it (foreign keys on) or an app
-// trigger on it would see the rows go. Rows refused for another reason (a
-// CHECK, NOT NULL, a foreign key) are no part of it: no order of writes
-// changes that.
+// written from their synced states, each in a savepoint of its own; if
+// the table refuses some even so, the whole is rolled back and tried
+// again without them (see tryTogether). A table whose deletes reach past
+// its own rows is left alone: a foreign key that cascades from it
+// (foreign keys on) or an app trigger on its deletes or inserts would see
+// the rows go. Rows refused for another reason (a CHECK, NOT NULL, a
+// foreign key) are no part of it: no order of writes changes that.
 func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[recordKey]bool) error {
 	var groups [][]recordKey // keys are sorted by table
 	for _, k := range keys {
@@ -819,34 +819,47 @@ func (s *applier) writeTogether(ctx context.Context, keys []recordKey, keep map[
 		if !alone {
 			continue
 		}
-		for try := 0; len(group) >= 2 && try < togetherTries; try++ {
-			failed, refusal, err := s.tryTogether(ctx, t, group)
+		defer_, err := deferKeys(ctx, s.conn, t)
+		if err != nil {
+			return err
+		}
+		// Each try takes rows out of the group or moves rows to its
+		// front, each row at most once: at most two tries per row.
+		promoted := map[recordKey]bool{}
+		for len(group) >= 2 {
+			refusals, err := s.tryTogether(ctx, t, group, defer_)
 			if err != nil {
 				return err
 			}
-			if failed < 0 {
+			if len(refusals) == 0 {
 				s.e.log.Info("drivesync: rows the table refused one at a time written together", "table", t.name, "rows", len(group))
 				for _, k := range group {
 					s.rows[k] = nil
 				}
 				break
 			}
-			k := group[failed]
-			group = slices.Delete(group, failed, failed+1)
-			if failed > 0 && uniqueRefusal(refusal) != uniqueRefusal(s.rows[k]) {
-				// Refused over another value than on its own: a row
-				// written before it in this try took one it keeps (the
-				// other row is the one refused on its own). It goes
-				// first.
-				group = slices.Insert(group, 0, k)
+			var first, rest []recordKey
+			for i, k := range group {
+				refusal, ok := refusals[i]
+				switch {
+				case !ok:
+					rest = append(rest, k)
+				case i > 0 && !promoted[k] && uniqueRefusal(refusal) != "" && uniqueRefusal(refusal) != uniqueRefusal(s.rows[k]):
+					// Refused over another value than on its own: a
+					// row written before it took one it keeps (that
+					// row is the one refused on its own). It goes
+					// first, once.
+					promoted[k] = true
+					first = append(first, k)
+				}
+				// Else refused as on its own, by a row outside the
+				// group, or twice: it leaves the group.
 			}
+			group = append(first, rest...)
 		}
 	}
 	return nil
 }
-
-// togetherTries bounds the tries of writeTogether for one table's rows.
-const togetherTries = 64
 
 // uniqueRefusalRE finds, in a refusal, the UNIQUE constraint that SQLite's
 // message names: "UNIQUE constraint failed: items.pos".
@@ -862,61 +875,134 @@ func uniqueRefusal(err error) string {
 }
 
 // tryTogether writes group's rows of t together in a savepoint (see
-// writeTogether) and returns -1, or the index of the first row the table
-// refused and the refusal, having rolled the savepoint back.
-func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey) (failed int, refusal, _ error) {
+// writeTogether): it deletes them all, then writes each from its synced
+// state in a savepoint of its own. If the table refuses none, the writes
+// stay; else they are all rolled back, and it returns the refusals by
+// index in group. A row whose delete is refused keeps its row and is
+// refused too. With deferKeys, foreign keys are checked at commit, not at
+// each delete.
+func (s *applier) tryTogether(ctx context.Context, t *tableInfo, group []recordKey, deferKeys bool) (map[int]error, error) {
 	if err := s.exec(ctx, `SAVEPOINT drivesync_together`); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	failed = -1
-	err := func() error {
-		states := make([]*recordState, len(group))
-		for i, k := range group {
-			st, err := s.loadState(ctx, k.table, k.record)
-			if err != nil {
+	if deferKeys {
+		if err := s.exec(ctx, `PRAGMA defer_foreign_keys = ON`); err != nil {
+			return nil, err
+		}
+		defer s.exec(context.WithoutCancel(ctx), `PRAGMA defer_foreign_keys = OFF`)
+	}
+	refusals := map[int]error{}
+	// each runs op on row i in a savepoint of its own, and notes a
+	// refusal.
+	each := func(i int, op func() error) error {
+		if err := s.exec(ctx, `SAVEPOINT drivesync_row`); err != nil {
+			return err
+		}
+		err := op()
+		if ok, rerr := refused(ctx, s.conn, err); rerr != nil {
+			// A trigger that raises ROLLBACK ends the transaction,
+			// which refused reports as an error.
+			return rerr
+		} else if ok {
+			refusals[i] = err
+			if err := s.exec(ctx, `ROLLBACK TO drivesync_row`); err != nil {
 				return err
 			}
-			states[i] = st
-			if err := t.deleteRow(ctx, s, k.record); err != nil {
-				failed = i
-				return err
-			}
 		}
-		for i, k := range group {
-			if n := states[i].node; n.Exists() {
-				if err := t.writeRow(ctx, s, k.record, string(jsonv.Encode(n.Value()))); err != nil {
-					failed = i
-					return err
-				}
-			}
+		return s.exec(ctx, `RELEASE drivesync_row`)
+	}
+	states := make([]*recordState, len(group))
+	for i, k := range group {
+		st, err := s.loadState(ctx, k.table, k.record)
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	}()
-	if err != nil {
-		// A trigger that raises ROLLBACK ends the transaction, which
-		// refused reports as an error.
-		if ok, rerr := refused(ctx, s.conn, err); !ok || failed < 0 {
-			return 0, nil, cmp.Or(rerr, err)
+		states[i] = st
+		if err := each(i, func() error { return t.deleteRow(ctx, s, k.record) }); err != nil {
+			return nil, err
 		}
+	}
+	for i, k := range group {
+		if _, ok := refusals[i]; ok || !states[i].node.Exists() {
+			continue
+		}
+		if err := each(i, func() error { return t.writeRow(ctx, s, k.record, string(jsonv.Encode(states[i].node.Value()))) }); err != nil {
+			return nil, err
+		}
+	}
+	if len(refusals) > 0 {
 		if err := s.exec(ctx, `ROLLBACK TO drivesync_together`); err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		refusal = err
 	}
-	return failed, refusal, s.exec(ctx, `RELEASE drivesync_together`)
+	return refusals, s.exec(ctx, `RELEASE drivesync_together`)
 }
 
-// deletesStayInTable reports whether deleting a row of table touches
-// nothing else: no app trigger on the table, and no foreign key that acts
-// on its deletes while foreign keys are on.
-func deletesStayInTable(ctx context.Context, q querier, table string) (bool, error) {
-	var triggers, cascades int
-	err := q.QueryRowContext(ctx, `SELECT
-	(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND substr(name, 1, length(?2)) <> ?2),
+// deferKeys reports whether writeTogether may defer foreign keys to the
+// commit while it deletes and writes again rows of t: foreign keys are
+// on, t has none of its own (a row written again could point nowhere),
+// and every foreign key that references t names its primary key, which a
+// row written again keeps. A delete then breaks no reference for longer
+// than the savepoint: the row comes back with its key. Without deferring,
+// a row with a child (a plain REFERENCES) could never be deleted, and its
+// swap never written.
+func deferKeys(ctx context.Context, q querier, t *tableInfo) (bool, error) {
+	var on, own, other int
+	err := q.QueryRowContext(ctx, `SELECT (SELECT foreign_keys FROM pragma_foreign_keys),
+	(SELECT count(*) FROM pragma_foreign_key_list(?1)),
 	(SELECT count(*) FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+		WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND (f."to" IS NOT NULL AND NOT EXISTS
+			(SELECT 1 FROM pragma_table_info(?1) c WHERE c.name = f."to" COLLATE NOCASE AND c.pk > 0)))`, t.name).Scan(&on, &own, &other)
+	return err == nil && on == 1 && own == 0 && other == 0, err
+}
+
+// deletesStayInTable reports whether deleting a row of table and
+// inserting it again touches nothing else: no app trigger on the table,
+// in the schema or a TEMP one, but triggers on its updates only that
+// read sync_control.is_syncing (they skip the engine's writes, as the
+// README asks of a trigger that writes a synced table), and no foreign
+// key that acts on its deletes while foreign keys are on. A trigger on
+// updates that does not skip the engine's writes would miss the rows'
+// new values: a delete and an insert do not fire it.
+func deletesStayInTable(ctx context.Context, q querier, table string) (bool, error) {
+	var cascades int
+	err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_master m, pragma_foreign_key_list(m.name) f
 		WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND f.on_delete NOT IN ('NO ACTION', 'RESTRICT'))
-		* (SELECT foreign_keys FROM pragma_foreign_keys)`, table, triggerPrefix).Scan(&triggers, &cascades)
-	return err == nil && triggers == 0 && cascades == 0, err
+		* (SELECT foreign_keys FROM pragma_foreign_keys)`, table).Scan(&cascades)
+	if err != nil || cascades > 0 {
+		return false, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND substr(name, 1, length(?2)) <> ?2
+UNION ALL SELECT sql FROM sqlite_temp_master WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE`, table, triggerPrefix)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var def string
+		if err := rows.Scan(&def); err != nil {
+			return false, err
+		}
+		if !updateTrigger(def) || !strings.Contains(strings.ToLower(def), "is_syncing") {
+			return false, nil
+		}
+	}
+	return true, rows.Err()
+}
+
+// updateTrigger reports whether a CREATE TRIGGER statement reads as a
+// trigger on UPDATE only: its words before ON name no other event.
+func updateTrigger(def string) bool {
+	words := ddlWords(def)
+	start := slices.Index(words, "TRIGGER")
+	if start < 0 {
+		return false
+	}
+	head := words[start+1:]
+	if end := slices.Index(head, "ON"); end >= 0 {
+		head = head[:end]
+	}
+	return slices.Contains(head, "UPDATE") && !slices.Contains(head, "DELETE") && !slices.Contains(head, "INSERT")
 }
 
 // recordState is a record's merge state as loaded from sync_states.

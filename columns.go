@@ -136,21 +136,26 @@ func adoptRows(ctx context.Context, q querier, t *tableInfo) error {
 	if _, err := q.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id) SELECT ?1, %s FROM %s c`, t.keyExpr("c"), tbl), t.name); err != nil {
 		return err
 	}
-	return engineWrites(ctx, q, func() error {
-		return eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
-			if deleted {
-				return nil
-			}
-			_, ok, err := t.readRow(ctx, direct{q}, id)
-			if err != nil || ok {
-				return err
-			}
-			refusedRow, err := refused(ctx, q, t.writeRow(ctx, direct{q}, id, data))
-			if refusedRow {
-				_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, t.name, id)
-			}
+	return engineWrites(ctx, q, func() error { return writeMissingRows(ctx, q, t) })
+}
+
+// writeMissingRows writes, one by one, each synced record of t that has
+// no row; a row the table refuses goes to sync_unwritten. It runs in a
+// quiet window (see engineWrites).
+func writeMissingRows(ctx context.Context, q querier, t *tableInfo) error {
+	return eachState(ctx, q, t.name, func(id, data string, deleted bool) error {
+		if deleted {
+			return nil
+		}
+		_, ok, err := t.readRow(ctx, direct{q}, id)
+		if err != nil || ok {
 			return err
-		})
+		}
+		refusedRow, err := refused(ctx, q, t.writeRow(ctx, direct{q}, id, data))
+		if refusedRow {
+			_, err = q.ExecContext(ctx, `INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) VALUES (?1, ?2)`, t.name, id)
+		}
+		return err
 	})
 }
 

@@ -472,16 +472,35 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 		vals = append(vals, t.projection("s.record_data", c))
 	}
 	return engineWrites(ctx, q, func() error {
+		// One statement writes them all, skipping the rows a UNIQUE,
+		// NOT NULL or CHECK constraint refuses. A foreign key or an app
+		// trigger's RAISE(ABORT) fails the statement whatever OR IGNORE
+		// says: the rows are then written one by one, as an ordinary
+		// table's are.
+		if _, err := q.ExecContext(ctx, `SAVEPOINT drivesync_adopt`); err != nil {
+			return err
+		}
 		insert := fmt.Sprintf(`INSERT OR IGNORE INTO %s (%s) SELECT %s FROM sync_states s
 WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`,
 			tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), tbl)
-		if _, err := q.ExecContext(ctx, insert, t.name); err != nil {
+		_, err := q.ExecContext(ctx, insert, t.name)
+		if ok, rerr := refused(ctx, q, err); rerr != nil {
+			return rerr
+		} else if ok {
+			if _, err := q.ExecContext(ctx, `ROLLBACK TO drivesync_adopt`); err != nil {
+				return err
+			}
+		}
+		if _, err := q.ExecContext(ctx, `RELEASE drivesync_adopt`); err != nil {
 			return err
 		}
-		refused := fmt.Sprintf(`INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) SELECT ?1, s.record_id FROM sync_states s
+		if err == nil {
+			refused := fmt.Sprintf(`INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) SELECT ?1, s.record_id FROM sync_states s
 WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`, tbl)
-		_, err := q.ExecContext(ctx, refused, t.name)
-		return err
+			_, err := q.ExecContext(ctx, refused, t.name)
+			return err
+		}
+		return writeMissingRows(ctx, q, t)
 	})
 }
 

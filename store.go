@@ -379,7 +379,7 @@ func ddlWords(def string) []string {
 			}
 			i += j + 1 // a doubled quote reads as two strings: no word either way
 			words = append(words, "")
-		case c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80:
+		case c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80:
 			w.WriteByte(c)
 		default:
 			flush()
