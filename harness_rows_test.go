@@ -6,6 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"pgregory.net/rapid"
 )
@@ -211,17 +214,133 @@ func (w *world) notesDump() string {
 	return `SELECT id, hex(content), quote(title), quote(display_order) FROM notes ORDER BY id`
 }
 
-// Every schedule also syncs two small ordinary tables with the other
-// table options: gens, whose g only grows (MergeMax), and facts, an
-// append-only table whose keys are mostly each device's own, sometimes
-// shared: written with the same payload by several devices (one record),
-// or with different ones (a conflict each writer reports).
+// Every schedule also syncs three small ordinary tables with the other
+// table options and constraints: gens, whose g only grows (MergeMax);
+// facts, an append-only table whose keys are mostly each device's own,
+// sometimes shared: written with the same payload by several devices (one
+// record), or with different ones (a conflict each writer reports); and
+// slots, three items on four places, one item to a place (UNIQUE), which
+// the app moves and swaps: a device receives swaps and rotations that it
+// can only write as a whole, and concurrent moves that put two items on
+// one place, which every device refuses until the app moves one away
+// (fixSlots).
 const extraSchema = `CREATE TABLE IF NOT EXISTS gens (id TEXT PRIMARY KEY, g INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS facts (dev TEXT NOT NULL, n INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (dev, n))`
+CREATE TABLE IF NOT EXISTS facts (dev TEXT NOT NULL, n INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (dev, n));
+CREATE TABLE IF NOT EXISTS slots (id TEXT PRIMARY KEY, pos INTEGER NOT NULL UNIQUE)`
 
 var extraTables = []Table{
 	{Name: "gens", Merge: map[string]MergeRule{"g": MergeMax}},
 	{Name: "facts", AppendOnly: true},
+	{Name: "slots"},
+}
+
+// slotWrite places, moves, swaps or removes items of slots on d, as the
+// app does: a swap takes three updates in one transaction, through a
+// place no item holds.
+func slotWrite(rt *rapid.T, d *hdevice, label string) {
+	held := map[string]int64{} // item -> place
+	taken := map[int64]bool{}
+	rows, err := d.db.Query(`SELECT id, pos FROM slots`)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var pos int64
+		rows.Scan(&id, &pos)
+		held[id], taken[pos] = pos, true
+	}
+	rows.Close()
+	var free []int64
+	for pos := range int64(4) {
+		if !taken[pos] {
+			free = append(free, pos)
+		}
+	}
+	var placed, unplaced []string
+	for _, id := range []string{"s0", "s1", "s2"} {
+		if _, ok := held[id]; ok {
+			placed = append(placed, id)
+		} else {
+			unplaced = append(unplaced, id)
+		}
+	}
+	op := rapid.IntRange(0, 9).Draw(rt, label+"slotOp")
+	switch {
+	case len(unplaced) > 0 && len(free) > 0 && (op < 3 || len(placed) < 2):
+		item := rapid.SampledFrom(unplaced).Draw(rt, label+"slot")
+		to := rapid.SampledFrom(free).Draw(rt, label+"slotTo")
+		d.exec(rt, `INSERT INTO slots VALUES (?1, ?2)`, item, to)
+		count("write: slots, an item placed")
+		rt.Logf("%s: slots %s placed at %d", d.name, item, to)
+	case len(placed) == 0:
+	case op == 3:
+		item := rapid.SampledFrom(placed).Draw(rt, label+"slot")
+		d.exec(rt, `DELETE FROM slots WHERE id = ?1`, item)
+		count("write: slots, an item removed")
+		rt.Logf("%s: slots %s removed", d.name, item)
+	case op < 6 && len(free) > 0 || len(placed) == 1:
+		item := rapid.SampledFrom(placed).Draw(rt, label+"slot")
+		to := rapid.SampledFrom(free).Draw(rt, label+"slotTo")
+		d.exec(rt, `UPDATE slots SET pos = ?2 WHERE id = ?1`, item, to)
+		count("write: slots, an item moved")
+		rt.Logf("%s: slots %s moved from %d to %d", d.name, item, held[item], to)
+	default:
+		item := rapid.SampledFrom(placed).Draw(rt, label+"slot")
+		other := rapid.SampledFrom(slices.DeleteFunc(slices.Clone(placed), func(id string) bool { return id == item })).Draw(rt, label+"slotWith")
+		tx, err := d.db.Begin()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for _, step := range [][2]any{{item, -1}, {other, held[item]}, {item, held[other]}} {
+			if _, err := tx.Exec(`UPDATE slots SET pos = ?2 WHERE id = ?1`, step[0], step[1]); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			rt.Fatal(err)
+		}
+		count("write: slots, two items swapped")
+		rt.Logf("%s: slots %s and %s swapped (%d, %d)", d.name, item, other, held[item], held[other])
+	}
+}
+
+func (d *hdevice) exec(rt *rapid.T, query string, args ...any) {
+	if _, err := d.db.Exec(query, args...); err != nil {
+		rt.Fatal(err)
+	}
+}
+
+// fixSlots is the app moving away, on each device, the items that the
+// device's slots refused: items that concurrent moves put on one place.
+// Each goes to a place of its own, past the four. It reports whether
+// anything moved.
+func fixSlots(rt *rapid.T, devs []*hdevice) bool {
+	moved := false
+	for _, d := range devs {
+		rows, err := d.db.Query(`SELECT record_id FROM sync_unwritten WHERE table_name = 'slots' ORDER BY record_id`)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			rows.Scan(&id)
+			ids = append(ids, id)
+		}
+		rows.Close()
+		for _, record := range ids {
+			d.seq++
+			n, _ := strconv.Atoi(strings.TrimPrefix(d.name, "dev-"))
+			to := 1000*(n+1) + d.seq          // no other item's place
+			item := strings.Trim(record, "'") // the record id of a TEXT key is its SQL literal
+			d.exec(rt, `INSERT INTO slots VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET pos = excluded.pos`, item, to)
+			count("quiesce: an item two devices put on one place, moved away")
+			rt.Logf("%s: slots %s moved to %d: the table refused it", d.name, item, to)
+			moved = true
+		}
+	}
+	return moved
 }
 
 type factKey struct {

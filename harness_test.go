@@ -1259,8 +1259,12 @@ var harnessPaths = []string{"a", "b", "n.x", "n.y", "deleted_at"}
 
 // write performs one random app write on d and records it in m.
 func (m *model) write(rt *rapid.T, d *hdevice, label string) {
-	if k := rapid.IntRange(0, 7).Draw(rt, label+"table"); k < 2 {
+	switch k := rapid.IntRange(0, 8).Draw(rt, label+"table"); k {
+	case 0, 1:
 		m.extraWrite(rt, d, label, k == 1)
+		return
+	case 2, 3:
+		slotWrite(rt, d, label)
 		return
 	}
 	m.writeOp(rt, d, label, rapid.SampledFrom(harnessRecords).Draw(rt, label+"record"), -1)
@@ -1792,7 +1796,7 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 	catchUp(rt, w, devs)
 	w.advance(rejectRetryMax + time.Hour)
 	quiesce(rt, w, devs, true)
-	if fixRefused(rt, m, devs) {
+	if fixed := fixRefused(rt, m, devs); fixSlots(rt, devs) || fixed {
 		quiesce(rt, w, devs, false)
 	}
 	if !w.server {
@@ -1999,7 +2003,8 @@ func fixRefused(rt *rapid.T, m *model, devs []*hdevice) bool {
 }
 
 // quiesce syncs every device until nothing moves. refusals allows rows
-// refused by dev-0's CHECK (fixRefused writes them again).
+// refused by dev-0's CHECK (fixRefused writes them again), and items of
+// slots that concurrent moves put on one place (fixSlots moves them).
 func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 	for round := 0; round < 12; round++ {
 		moved := false
@@ -2019,6 +2024,7 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 				// An append-only conflict is reported at every sync
 				// (checkExtra checks which).
 				if round > 0 && !errors.Is(u.Err, ErrImmutableConflict) && !(refusals && d == devs[0] && strings.Contains(u.Err.Error(), "CHECK constraint failed")) &&
+					!(refusals && strings.Contains(u.Err.Error(), "UNIQUE constraint failed: slots.pos")) &&
 					!strings.Contains(u.Err.Error(), "holds a NUL character") {
 					rt.Fatalf("%s: rows the tables refused: %v", d.name, r.Unwritten)
 				}
@@ -2050,6 +2056,7 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		for _, q := range []string{
 			`SELECT table_name, record_id, record_data, clock, sync_version, device_id, is_deleted FROM sync_states ORDER BY 1, 2`,
 			notesDump,
+			`SELECT quote(id), quote(pos) FROM slots ORDER BY id`,
 		} {
 			rows, err := d.db.Query(q)
 			if err != nil {
@@ -2083,6 +2090,18 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		if partial+unwritten+stray > 0 {
 			rt.Fatalf("%s: %d records shown in part, %d synced records missing from the table, %d rows not synced", d.name, partial, unwritten, stray)
 		}
+		// Every item of slots is where its synced record puts it: the
+		// synced places are distinct now, so no order of writes stops
+		// a device from showing them all.
+		var slots, unlike int
+		d.db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE c.pos IS NOT s.record_data ->> '$.pos')
+	FROM sync_states s LEFT JOIN slots c ON quote(c.id) = s.record_id WHERE s.table_name = 'slots' AND NOT s.is_deleted`).Scan(&slots, &unlike)
+		d.db.QueryRow(`SELECT count(*) FROM slots c WHERE NOT EXISTS (SELECT 1 FROM sync_states s
+	WHERE s.table_name = 'slots' AND s.record_id = quote(c.id) AND NOT s.is_deleted)`).Scan(&stray)
+		if unlike+stray > 0 {
+			rt.Fatalf("%s: %d of %d items of slots not where their synced records put them, %d not synced", d.name, unlike, slots, stray)
+		}
+		countN("slots items checked at quiescence", slots)
 	}
 	for _, d := range devs {
 		if got := dump(d); got != want {
