@@ -318,18 +318,7 @@ func (d *hdevice) exec(rt *rapid.T, query string, args ...any) {
 func fixSlots(rt *rapid.T, devs []*hdevice) bool {
 	moved := false
 	for _, d := range devs {
-		rows, err := d.db.Query(`SELECT record_id FROM sync_unwritten WHERE table_name = 'slots' ORDER BY record_id`)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			rows.Scan(&id)
-			ids = append(ids, id)
-		}
-		rows.Close()
-		for _, record := range ids {
+		for _, record := range d.unwritten(rt, "slots") {
 			d.seq++
 			n, _ := strconv.Atoi(strings.TrimPrefix(d.name, "dev-"))
 			to := 1000*(n+1) + d.seq          // no other item's place

@@ -1983,23 +1983,30 @@ func offlineAcrossCompactions(rt *rapid.T, w *world, m *model, devs []*hdevice, 
 func fixRefused(rt *rapid.T, m *model, devs []*hdevice) bool {
 	d := devs[0]
 	// (A key with a NUL character has no row any app could write.)
-	rows, err := d.db.Query(`SELECT record_id FROM sync_unwritten WHERE table_name = 'notes' AND instr(record_id, char(0)) = 0 ORDER BY record_id`)
-	if err != nil {
-		rt.Fatal(err)
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		ids = append(ids, id)
-	}
-	rows.Close()
+	ids := slices.DeleteFunc(d.unwritten(rt, "notes"), func(id string) bool { return strings.Contains(id, "\x00") })
 	for _, record := range ids {
 		id := d.remote.w.harnessID(record)
 		count("quiesce: a row dev-0's CHECK refused, written again by dev-0")
 		m.writeOp(rt, d, "fix"+id, id, 1) // the whole row, with dev-0's values
 	}
 	return len(ids) > 0
+}
+
+// unwritten returns the record ids of table that d's table refused, in
+// order.
+func (d *hdevice) unwritten(rt *rapid.T, table string) []string {
+	rows, err := d.db.Query(`SELECT record_id FROM sync_unwritten WHERE table_name = ?1 ORDER BY record_id`, table)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // quiesce syncs every device until nothing moves. refusals allows rows
