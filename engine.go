@@ -44,6 +44,8 @@ type Config struct {
 
 	// DeviceID names this database in file names and stamps. Empty
 	// means a random UUID, generated once and stored in the database.
+	// The app may give a database a new id at a later Open (a copy
+	// needs its own); Open refuses a copied file under the id it took.
 	DeviceID string
 	// Logger receives the engine's log; nil discards it.
 	Logger *slog.Logger

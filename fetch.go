@@ -434,14 +434,13 @@ func (s *syncRun) checkCopied(ctx context.Context, l *listing) error {
 	if e.cfg.DeviceID != "" {
 		return &Error{Op: "sync", File: foreign, Err: fmt.Errorf("this file carries this database's device id %q, but this database did not write it: the database file was copied to another device, which syncs under the same id. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own)", e.deviceID)}
 	}
-	return s.takeNewID(ctx, "another copy of this database syncs under its device id", "file", foreign)
+	return s.takeNewID(ctx, uuid.NewString(), "another copy of this database syncs under its device id", "file", foreign)
 }
 
-// takeNewID gives this database a new device id (versions go on from
+// takeNewID gives this database device id id (versions go on from
 // max_version, so no stamp is reused), saying why in the log.
-func (s *syncRun) takeNewID(ctx context.Context, why string, attrs ...any) error {
+func (s *syncRun) takeNewID(ctx context.Context, id, why string, attrs ...any) error {
 	e := s.e
-	id := uuid.NewString()
 	if err := s.inTx(ctx, func() error {
 		if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_meta WHERE key = ?`, metaRenewID); err != nil {
 			return err
@@ -466,8 +465,11 @@ func (s *syncRun) renewMovedID(ctx context.Context) error {
 	if err != nil {
 		return &Error{Op: "sync", Err: err}
 	}
-	if owed == "" {
+	switch owed {
+	case "":
 		return nil
+	case "1":
+		return s.takeNewID(ctx, uuid.NewString(), "this database file is a copy, opened while an upload of the original's was in its outbox")
 	}
-	return s.takeNewID(ctx, "this database file is a copy, opened while an upload of the original's was in its outbox")
+	return s.takeNewID(ctx, owed, "the app gave this database a new Config.DeviceID while an upload under the old one was in its outbox")
 }

@@ -334,7 +334,10 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if join {
 			j = "1"
 		}
-		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}} {
+		// uploads_since starts again: a store joined before holds this
+		// database's older files, which its record of uploads, pruned
+		// to the store it left, no longer names (see checkCopied).
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}, {metaUploads, ""}} {
 			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
 				return err
 			}

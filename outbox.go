@@ -285,19 +285,20 @@ func waitForVersions(ctx context.Context, maxSeen int64, now time.Time) (time.Ti
 	return ready, nil
 }
 
-// patchTime returns the time to name this database's next patch file
-// by: now, or a millisecond after the newest patch name it ever used
-// (every name is recorded before its upload, see noteUpload), whichever is
-// later. Names then never meet: not those of one sync's several files,
-// not those of a sync that follows within the same millisecond, nor an
-// outbox file's new name (see renameOutbox), even with a remote clock
-// that stands still or goes back.
-func (s *syncRun) patchTime(ctx context.Context, now time.Time) (time.Time, error) {
+// nameTime returns the time to name this database's next file of kind
+// by: now, or a millisecond after the newest name of that kind it ever
+// used (every name is recorded before its upload, see noteUpload),
+// whichever is later. Names then never meet: not those of one sync's
+// several files, not those of a sync that follows within the same
+// millisecond, nor an outbox file's new name (see renameOutbox), nor
+// snapshots written one after another, even with a remote clock that
+// stands still or goes back.
+func (s *syncRun) nameTime(ctx context.Context, kind fileKind, now time.Time) (time.Time, error) {
 	var last sql.NullString
-	if err := s.conn.QueryRowContext(ctx, `SELECT max(name) FROM sync_uploaded WHERE name GLOB '*/patch_*'`).Scan(&last); err != nil {
+	if err := s.conn.QueryRowContext(ctx, `SELECT max(name) FROM sync_uploaded WHERE name GLOB '*/' || ?1 || '*'`, kindPrefixes[kind]).Scan(&last); err != nil {
 		return now, err
 	}
-	if at, _, ok := parsePatchName(last.String); ok && !now.Truncate(time.Millisecond).After(at) {
+	if k, at, _, ok := parseFileName(last.String); ok && k == kind && !now.Truncate(time.Millisecond).After(at) {
 		now = at.Add(time.Millisecond)
 	}
 	return now, nil
@@ -310,7 +311,7 @@ func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) 
 	if err != nil {
 		return "", remoteErr("upload", old, err)
 	}
-	if now, err = s.patchTime(ctx, now); err != nil {
+	if now, err = s.nameTime(ctx, kindPatch, now); err != nil {
 		return "", &Error{Op: "upload", File: old, Err: err}
 	}
 	name := patchFileName(now, s.e.deviceID)
@@ -377,7 +378,7 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 	var err error
 	// The files' names are a millisecond apart: each is unique, in the
 	// order they were written, and after every name used before.
-	if now, err = s.patchTime(ctx, now); err != nil {
+	if now, err = s.nameTime(ctx, kindPatch, now); err != nil {
 		return &Error{Op: "upload", Err: err}
 	}
 	for i, up := range p.uploads {

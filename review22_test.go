@@ -3,6 +3,7 @@ package drivesync
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -24,7 +25,10 @@ import (
 // an upload; its file is copied and opened (renew owed); the copy is
 // reopened with Config.DeviceID = zz-old; it syncs; it is reopened.
 //
-// Now Open drops an owed id when the app sets Config.DeviceID.
+// Open then dropped the owed id when the app set Config.DeviceID. Now
+// (review 26) it refuses the copy under the id it owes a change of, and
+// takes the new id the app gives it instead, after the outbox's upload
+// goes out under the old one; later Opens with that Config work.
 func TestReview22RenewIgnoresConfiguredDeviceID(t *testing.T) {
 	remote := NewMemoryRemote()
 	a := newDevice(t, "zz-old", remote)
@@ -40,12 +44,16 @@ func TestReview22RenewIgnoresConfiguredDeviceID(t *testing.T) {
 	}
 	c.eng.Close()
 	c.cfg.DeviceID = "zz-old" // the app now sets the id it syncs as
+	if _, err := Open(context.Background(), c.db, c.cfg); err == nil || !strings.Contains(err.Error(), "give this one its own Config.DeviceID") {
+		t.Fatalf("the copy opens under the original's id: %v", err)
+	}
+	c.cfg.DeviceID = "zz-copy"
 	c.open()
 	if _, err := c.eng.Sync(context.Background()); err != nil {
 		t.Logf("copy's sync: %v", err)
 	}
-	if id := c.eng.DeviceID(); id != "zz-old" {
-		t.Errorf("the copy now syncs as %s though Config.DeviceID is zz-old", id)
+	if id := c.eng.DeviceID(); id != "zz-copy" {
+		t.Errorf("the copy now syncs as %s though Config.DeviceID is zz-copy", id)
 	}
 	c.eng.Close()
 	if _, err := Open(context.Background(), c.db, c.cfg); err != nil {

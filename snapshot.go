@@ -267,6 +267,9 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	if now, err = waitForVersions(ctx, top, now); err != nil {
 		return "", err
 	}
+	if now, err = s.nameTime(ctx, kind, now); err != nil {
+		return "", &Error{Op: op, Err: err}
+	}
 	for attempt := 0; ; attempt++ {
 		name := remoteFileName(kind, now, e.deviceID)
 		if _, err := f.Seek(0, io.SeekStart); err != nil {

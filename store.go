@@ -144,7 +144,7 @@ const (
 	metaKeyVerified  = "key_verified"  // the fingerprint of the key verified to open the store (see bindKeys)
 	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
 	metaFileID       = "file_id"       // the database file that took the device id (see fileMoved)
-	metaRenewID      = "renew_id"      // set: a new device id is owed once the outbox is empty (see renewMovedID)
+	metaRenewID      = "renew_id"      // set: a new device id is owed once the outbox is empty, the app's or, if "1", a random one (see renewMovedID)
 	schemaVersion    = "3"
 )
 
@@ -675,6 +675,10 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 	if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_outbox)`).Scan(&outbox); err != nil {
 		return "", err
 	}
+	owed, err := getMeta(ctx, q, metaRenewID)
+	if err != nil {
+		return "", err
+	}
 	switch {
 	case deviceID == "" && stored != "" && moved && outbox:
 		// As below, but the outbox holds an upload named and stamped
@@ -694,15 +698,27 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 		deviceID = uuid.NewString()
 	case deviceID == "" && stored != "":
 		deviceID = stored
-	case deviceID != "":
-		// The app's id: never changed by the engine, nor owed anew.
-		if _, err := q.ExecContext(ctx, `DELETE FROM sync_meta WHERE key = ?`, metaRenewID); err != nil {
+	case deviceID != "" && stored == deviceID && (moved || owed == "1"):
+		// The app's id, on another file than the one that took it (or
+		// on a copy an earlier Open found, which owes a new id). The
+		// engine never changes an id the app sets: if this is a copy,
+		// the two would stamp their changes alike.
+		return "", fmt.Errorf("drivesync: this database file is not the one that took device id %q: it was copied, restored from a copy, or moved to another disk. Two copies syncing under one id would split the devices: give this one its own Config.DeviceID (also safe if it is the only copy), or leave DeviceID empty and the engine gives a copy an id of its own", deviceID)
+	case deviceID != "" && stored != "" && stored != deviceID && outbox:
+		// The app gives this database a new id (a copy's, say), while
+		// the outbox holds an upload named and stamped with the old
+		// one: the next sync publishes and adopts it under that id,
+		// then takes the app's (see renewMovedID).
+		if err := setMeta(ctx, q, metaRenewID, deviceID); err != nil {
 			return "", err
 		}
-		if stored != "" && stored != deviceID {
-			// A new id for the same database would reuse versions the
-			// old id already stamped; refuse rather than risk it.
-			return "", fmt.Errorf("drivesync: Config.DeviceID %q differs from the id %q this database already syncs as; leave DeviceID empty or use the stored id", deviceID, stored)
+		deviceID = stored
+	case deviceID != "":
+		// The app's id, or a new one it gives this database: versions
+		// go on from max_version, so no stamp is reused. Nothing else
+		// is owed.
+		if _, err := q.ExecContext(ctx, `DELETE FROM sync_meta WHERE key = ?`, metaRenewID); err != nil {
+			return "", err
 		}
 	case deviceID == "":
 		deviceID = uuid.NewString()
