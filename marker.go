@@ -334,10 +334,15 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if join {
 			j = "1"
 		}
-		// uploads_since starts again: a store joined before holds this
-		// database's older files, which its record of uploads, pruned
-		// to the store it left, no longer names (see checkCopied).
-		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}, {metaUploads, ""}} {
+		// The names uploaded so far are other stores' from now on: the
+		// pruning that keeps the record of uploads to what the bound
+		// store holds keeps them (see uploadsGone). A store joined
+		// again still holds those files, which checkCopied would
+		// otherwise take for a copy's.
+		if err := keepUploads(ctx, s.conn); err != nil {
+			return err
+		}
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}} {
 			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
 				return err
 			}

@@ -116,10 +116,16 @@ func (s *syncRun) pruneLedger(ctx context.Context, l *listing, f *fetched) error
 // a copy of the database names its files itself, so forgetting a name
 // of ours never hides a copy's file, however late a sync tool delivers
 // it. The newest patch name stays (the next names follow it, see
-// patchTime), and so do the names of uploads still in the outbox.
+// nameTime), and so do the names of uploads still in the outbox, and
+// those uploaded before this database last joined a store (another
+// store's, see keepUploads).
 func (s *syncRun) uploadsGone(ctx context.Context, l *listing, present map[string]bool) ([]string, error) {
 	if l.since.IsZero() {
 		return nil, nil
+	}
+	kept, err := uploadsKept(ctx, s.conn)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := s.conn.QueryContext(ctx, `SELECT name FROM sync_uploaded
 WHERE name IS NOT (SELECT max(name) FROM sync_uploaded WHERE name GLOB '*/patch_*')
@@ -134,7 +140,7 @@ AND name NOT IN (SELECT name FROM sync_outbox)`)
 			rows.Close()
 			return nil, err
 		}
-		if _, at, _, ok := parseFileName(name); ok && at.Before(l.since) && !present[name] {
+		if _, at, _, ok := parseFileName(name); ok && at.Before(l.since) && at.After(kept) && !present[name] {
 			gone = append(gone, name)
 		}
 	}
@@ -267,8 +273,14 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	if now, err = waitForVersions(ctx, top, now); err != nil {
 		return "", err
 	}
-	if now, err = s.nameTime(ctx, kind, now); err != nil {
+	// Past the last name of its kind when that is near: a remote clock
+	// that stands still would name every forced snapshot alike. One far
+	// ahead (a clock that ran ahead and came back) is not followed: the
+	// month of the last snapshot decides when the next is due.
+	if next, err := s.nameTime(ctx, kind, now); err != nil {
 		return "", &Error{Op: op, Err: err}
+	} else if next.Sub(now) <= time.Minute {
+		now = next
 	}
 	for attempt := 0; ; attempt++ {
 		name := remoteFileName(kind, now, e.deviceID)
@@ -525,4 +537,47 @@ func (e *Engine) Snapshot(ctx context.Context) (Report, error) {
 		}
 		return s.maintain(ctx, l, f, true)
 	})
+}
+
+// keepUploads records, as a database binds to another store, the time of
+// the newest name it uploaded: names up to it were uploaded to stores it
+// bound to before, and uploadsGone, which prunes by what the bound store
+// lists, keeps them. Later names are later still (see nameTime).
+func keepUploads(ctx context.Context, q querier) error {
+	kept, err := uploadsKept(ctx, q)
+	if err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT name FROM sync_uploaded`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		if _, at, _, ok := parseFileName(name); ok && at.After(kept) {
+			kept = at
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || kept.IsZero() {
+		return err
+	}
+	return setMeta(ctx, q, metaUploadsKept, kept.UTC().Format(time.RFC3339Nano))
+}
+
+// uploadsKept returns the time keepUploads recorded, zero if none.
+func uploadsKept(ctx context.Context, q querier) (time.Time, error) {
+	v, err := getMeta(ctx, q, metaUploadsKept)
+	if err != nil || v == "" {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sync_meta %s: %w", metaUploadsKept, err)
+	}
+	return t, nil
 }

@@ -138,6 +138,7 @@ const (
 	metaJoin         = "join"          // set by JoinRemote until the merge file is uploaded
 	metaPruned       = "ledger_pruned" // the month (remote time) sync_files was last pruned
 	metaUploads      = "uploads_since" // remote time sync_uploaded began: older files are not judged
+	metaUploadsKept  = "uploads_kept"  // newest upload before the last bind: sync_uploaded keeps names up to it (see keepUploads)
 	metaServerCursor = "server_cursor" // where the next pull from a Server starts
 	metaRemoteID     = "remote_id"     // the remote's identity when this database last bound to its store (see IdentifiedRemote)
 	metaStatus       = "status"        // how the last sync ended, for Status (JSON)
@@ -698,11 +699,12 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 		deviceID = uuid.NewString()
 	case deviceID == "" && stored != "":
 		deviceID = stored
-	case deviceID != "" && stored == deviceID && (moved || owed == "1"):
-		// The app's id, on another file than the one that took it (or
-		// on a copy an earlier Open found, which owes a new id). The
-		// engine never changes an id the app sets: if this is a copy,
-		// the two would stamp their changes alike.
+	case deviceID != "" && (stored == deviceID || owed == deviceID) && (moved || owed == "1"):
+		// The app's id (or the one it gave and this database owes), on
+		// another file than the one that took it (or on a copy an
+		// earlier Open found, which owes a new id). The engine never
+		// changes an id the app sets: if this is a copy, the two would
+		// stamp their changes alike.
 		return "", fmt.Errorf("drivesync: this database file is not the one that took device id %q: it was copied, restored from a copy, or moved to another disk. Two copies syncing under one id would split the devices: give this one its own Config.DeviceID (also safe if it is the only copy), or leave DeviceID empty and the engine gives a copy an id of its own", deviceID)
 	case deviceID != "" && stored != "" && stored != deviceID && outbox:
 		// The app gives this database a new id (a copy's, say), while
