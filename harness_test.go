@@ -2063,7 +2063,7 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		for _, q := range []string{
 			`SELECT table_name, record_id, record_data, clock, sync_version, device_id, is_deleted FROM sync_states ORDER BY 1, 2`,
 			notesDump,
-			`SELECT quote(id), quote(pos) FROM slots ORDER BY id`,
+			`SELECT quote(id), quote(pos), quote(moves) FROM slots ORDER BY id`,
 		} {
 			rows, err := d.db.Query(q)
 			if err != nil {
@@ -2101,7 +2101,7 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		// synced places are distinct now, so no order of writes stops
 		// a device from showing them all.
 		var slots, unlike int
-		d.db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE c.pos IS NOT s.record_data ->> '$.pos')
+		d.db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE c.pos IS NOT s.record_data ->> '$.pos' OR c.moves IS NOT s.record_data ->> '$.moves')
 	FROM sync_states s LEFT JOIN slots c ON quote(c.id) = s.record_id WHERE s.table_name = 'slots' AND NOT s.is_deleted`).Scan(&slots, &unlike)
 		d.db.QueryRow(`SELECT count(*) FROM slots c WHERE NOT EXISTS (SELECT 1 FROM sync_states s
 	WHERE s.table_name = 'slots' AND s.record_id = quote(c.id) AND NOT s.is_deleted)`).Scan(&stray)
