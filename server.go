@@ -338,13 +338,9 @@ func (s *syncRun) deviceIDShared(ctx context.Context, cause error) error {
 		return &Error{Op: "push", Err: fmt.Errorf("%w: %v. Give each copy its own Config.DeviceID (or leave it empty, and each database takes its own), then sync again", ErrDeviceIDShared, cause)}
 	}
 	id := uuid.NewString()
-	if err := s.setMetas(ctx, metaDeviceID, id); err != nil {
+	if err := s.takeNewID(ctx, id, "another database syncs under this device id"); err != nil {
 		return err
 	}
-	e.log.Warn("drivesync: another database syncs under this device id; taking a new device id", "old", e.deviceID, "new", id)
-	e.idMu.Lock()
-	e.deviceID = id
-	e.idMu.Unlock()
 	return &Error{Op: "push", Err: fmt.Errorf("%w: this database now syncs as %s: sync again", ErrDeviceIDShared, id)}
 }
 

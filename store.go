@@ -680,6 +680,14 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 	if err != nil {
 		return "", err
 	}
+	if deviceID == "" && owed != "" && owed != "1" {
+		// An id the app gave and has taken back: the engine chooses
+		// again (a copy owes "1" below).
+		if _, err := q.ExecContext(ctx, `DELETE FROM sync_meta WHERE key = ?`, metaRenewID); err != nil {
+			return "", err
+		}
+		owed = ""
+	}
 	switch {
 	case deviceID == "" && stored != "" && moved && outbox:
 		// As below, but the outbox holds an upload named and stamped
