@@ -965,12 +965,11 @@ func deferKeys(ctx context.Context, q querier, t *tableInfo) (bool, error) {
 
 // deletesStayInTable reports whether deleting a row of table and
 // inserting it again touches nothing else: no app trigger on the table,
-// in the schema or a TEMP one, but triggers on its updates only that
-// read sync_control.is_syncing (they skip the engine's writes, as the
-// README asks of a trigger that writes a synced table), and no foreign
-// key that acts on its deletes while foreign keys are on. A trigger on
-// updates that does not skip the engine's writes would miss the rows'
-// new values: a delete and an insert do not fire it.
+// in the schema or a TEMP one, that fires for the engine's writes (one
+// guarded as the README asks does not), and no foreign key that acts on
+// its deletes while foreign keys are on. A trigger that fires for the
+// engine's writes would see rows go and come back, or, on updates, miss
+// their new values: a delete and an insert do not fire it.
 func deletesStayInTable(ctx context.Context, q querier, table string) (bool, error) {
 	var cascades int
 	err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_master m, pragma_foreign_key_list(m.name) f
@@ -990,26 +989,25 @@ UNION ALL SELECT sql FROM sqlite_temp_master WHERE type = 'trigger' AND tbl_name
 		if err := rows.Scan(&def); err != nil {
 			return false, err
 		}
-		if !updateTrigger(def) || !strings.Contains(strings.ToLower(def), "is_syncing") {
+		if !skipsEngineWrites(def) {
 			return false, nil
 		}
 	}
 	return true, rows.Err()
 }
 
-// updateTrigger reports whether a CREATE TRIGGER statement reads as a
-// trigger on UPDATE only: its words before ON name no other event.
-func updateTrigger(def string) bool {
-	words := ddlWords(def)
-	start := slices.Index(words, "TRIGGER")
-	if start < 0 {
-		return false
-	}
-	head := words[start+1:]
-	if end := slices.Index(head, "ON"); end >= 0 {
-		head = head[:end]
-	}
-	return slices.Contains(head, "UPDATE") && !slices.Contains(head, "DELETE") && !slices.Contains(head, "INSERT")
+// engineGuard is the WHEN clause the README gives a trigger that must
+// skip the engine's writes, without its blanks.
+const engineGuard = "(SELECTIS_SYNCINGFROMSYNC_CONTROL)=0"
+
+// skipsEngineWrites reports whether a CREATE TRIGGER statement's WHEN
+// clause is exactly the README's guard: the trigger never fires while the
+// engine writes. Any other condition is taken to fire.
+func skipsEngineWrites(def string) bool {
+	words := strings.Fields(strings.ToUpper(def))
+	when := slices.Index(words, "WHEN")
+	begin := slices.Index(words, "BEGIN")
+	return when >= 0 && begin > when && strings.Join(words[when+1:begin], "") == engineGuard
 }
 
 // recordState is a record's merge state as loaded from sync_states.
