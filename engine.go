@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -289,8 +290,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		if err := foldPending(ctx, conn); err != nil {
 			return err
 		}
-		if cfg.Server != nil && merge.ServerDevice(id) {
-			return fmt.Errorf("device id %q: ids \"server\" and \"server-…\" are the sync server's own stamps; set Config.DeviceID to another", id)
+		if cfg.Server != nil && (merge.ServerDevice(id) || merge.ServerDevice(cfg.DeviceID)) {
+			// (The app's id may only be owed yet, see installSchema.)
+			return fmt.Errorf("device id %q: ids \"server\" and \"server-…\" are the sync server's own stamps; set Config.DeviceID to another", cmp.Or(cfg.DeviceID, id))
 		}
 		synced, err := syncedTables(ctx, conn)
 		if err != nil {

@@ -1,6 +1,10 @@
 package drivesync
 
-import "testing"
+import (
+	"context"
+	"strings"
+	"testing"
+)
 
 // Review 29: the triggers writeTogether lets through.
 
@@ -50,5 +54,18 @@ BEGIN INSERT INTO gone VALUES (OLD.id); END`, "")
 	}
 	if got := b.rows(`SELECT id FROM gone`); got != "" {
 		t.Errorf("b's guarded trigger logged %q", got)
+	}
+}
+
+// Through a sync server, ids "server" and "server-…" are the server's own
+// stamps. Open refused them as the id it returned, but a new id the app
+// gives while the outbox holds an upload is only owed (renew_id), and the
+// next sync would have taken it unchecked. Open refuses it as well.
+func TestReview29OwedServerID(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote())
+	d.exec(`INSERT INTO sync_outbox (name, seq, data) VALUES ('waiting', 0, x'00')`)
+	_, err := Open(context.Background(), d.db, Config{Server: recordsOnly{}, DeviceID: "server-2", Tables: []Table{{Name: "notes"}}})
+	if err == nil || !strings.Contains(err.Error(), "server's own stamps") {
+		t.Fatalf("Open with Config.DeviceID server-2 and an upload waiting: %v", err)
 	}
 }
