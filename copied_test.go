@@ -33,19 +33,7 @@ func copyFileDevice(t *testing.T, d *device, name string, cfg Config) *device {
 
 func copyDeviceFile(t *testing.T, d *device, name string, cfg Config, clone bool) *device {
 	t.Helper()
-	d.exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
-	b, err := os.ReadFile(d.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db"), remote: d.remote, cfg: cfg}
-	if err := os.WriteFile(c.path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if c.db, err = sql.Open("sqlite", testDSN(c.path)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.db.Close() })
+	c := copyFileDB(t, d, name, cfg)
 	if clone {
 		c.exec(`UPDATE sync_meta SET value = ? WHERE key = ?`, fileID(c.path), metaFileID)
 	}
@@ -315,3 +303,23 @@ func TestCopyFileDeliveredLateAfterUploadsPruned(t *testing.T) {
 // record: nothing of it may come back. c's reset is the first delete (the
 // newest stamp c saw), so a's fields, stamped after it, survive the reset,
 // and c's write, newer than b's delete, shows the record with them.
+
+// copyFileDB copies d's database file to a file of its own (another
+// inode) and opens the copy's database, without an engine.
+func copyFileDB(t *testing.T, d *device, name string, cfg Config) *device {
+	t.Helper()
+	d.exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	b, err := os.ReadFile(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db"), remote: d.remote, cfg: cfg}
+	if err := os.WriteFile(c.path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c.db, err = sql.Open("sqlite", testDSN(c.path)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.db.Close() })
+	return c
+}

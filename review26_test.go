@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -250,54 +249,9 @@ func TestReview26NewDeviceIDWithOutbox(t *testing.T) {
 // says what to do, and returns the copy unopened.
 func copyFileRefused(t *testing.T, d *device, name string, cfg Config) *device {
 	t.Helper()
-	d.exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
-	raw, err := os.ReadFile(d.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &device{t: t, name: name, path: filepath.Join(t.TempDir(), name+".db"), remote: d.remote, cfg: cfg}
-	if err := os.WriteFile(c.path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if c.db, err = sql.Open("sqlite", testDSN(c.path)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.db.Close() })
+	c := copyFileDB(t, d, name, cfg)
 	if _, err := Open(context.Background(), c.db, cfg); err == nil || !strings.Contains(err.Error(), "give this one its own Config.DeviceID") {
 		t.Fatalf("the copy opens under %s's id %q: %v", d.name, cfg.DeviceID, err)
 	}
 	return c
-}
-
-// A snapshot is named past the last of its kind only when that is near
-// (a clock standing still). After a remote clock that ran a month ahead
-// comes back, a snapshot is named by the clock again: were it named past
-// the one from the month ahead, the month of the last snapshot would
-// stay ahead, and every sync until then would write another.
-func TestReview26SnapshotAfterClockCameBack(t *testing.T) {
-	ctx := context.Background()
-	mem, clk := clockedRemote()
-	a := newDevice(t, "dev-a", mem)
-	a.put("r", `{"i":1}`)
-	a.sync()
-	clk.add(40 * 24 * time.Hour)
-	if _, err := a.eng.Snapshot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	clk.add(-40*24*time.Hour + time.Minute)
-	a.put("r", `{"i":2}`)
-	r, err := a.eng.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, at, _, _ := parseFileName(r.Snapshot); !at.Before(clk.now().Add(time.Minute)) {
-		t.Fatalf("snapshot %s named after the clock that ran ahead, not by the remote's clock %s", r.Snapshot, clk.now())
-	}
-	for i := range 3 {
-		a.put("r", fmt.Sprintf(`{"i":%d}`, 3+i))
-		clk.add(time.Minute)
-		if r := a.sync(); r.Snapshot != "" {
-			t.Fatalf("sync %d wrote snapshot %s: the month of the last one stays ahead", i+1, r.Snapshot)
-		}
-	}
 }
