@@ -77,6 +77,19 @@ func (d *device) open() {
 	d.eng = eng
 }
 
+// reopen opens d's database file again (a file the test replaced under
+// its path) and the engine on it.
+func (d *device) reopen() {
+	d.t.Helper()
+	db, err := sql.Open("sqlite", testDSN(d.path))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { db.Close() })
+	d.db = db
+	d.open()
+}
+
 func (d *device) exec(query string, args ...any) {
 	d.t.Helper()
 	if _, err := d.db.Exec(query, args...); err != nil {
@@ -190,6 +203,23 @@ func syncAll(t testing.TB, devs ...*device) {
 		}
 	}
 	t.Fatal("devices did not reach quiescence in 10 rounds")
+}
+
+// assertSameRecord fails unless every device shows record id alike
+// (naming each one's value: two writes under one stamp leave them
+// different for good), then checks that they converged.
+func assertSameRecord(t testing.TB, id string, devs ...*device) {
+	t.Helper()
+	var vals []string
+	for _, d := range devs {
+		vals = append(vals, d.name+" "+d.get(id))
+	}
+	for _, d := range devs[1:] {
+		if d.get(id) != devs[0].get(id) {
+			t.Fatalf("%s differs for good: %s", id, strings.Join(vals, ", "))
+		}
+	}
+	assertConverged(t, devs...)
 }
 
 func assertConverged(t testing.TB, devs ...*device) {

@@ -2,7 +2,6 @@ package drivesync
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -96,13 +95,7 @@ func TestReview21NewFileAdoptsOutboxUnderNewID(t *testing.T) {
 				if err := os.Rename(tmp, a.path); err != nil {
 					t.Fatal(err)
 				}
-				db, err := sql.Open("sqlite", testDSN(a.path))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-				a.db = db
-				a.open()
+				a.reopen()
 			}
 			if id := moved.eng.DeviceID(); id != "zz-old" {
 				t.Fatalf("%s: opened as %s: the outbox's upload carries zz-old, and is adopted under it first", how, id)

@@ -86,11 +86,7 @@ func TestReview27JoinStoreWhereCloneSyncs(t *testing.T) {
 		t.Errorf("a joined the store where its clone syncs under %s and kept the id: the clone's files were not judged", id)
 	}
 	syncAll(t, a, c, x)
-	ga, gc, gx := a.get("r"), c.get("r"), x.get("r")
-	if ga != gc || gc != gx {
-		t.Fatalf("r differs for good: a %s, clone %s, x %s (two writes stamped alike)", ga, gc, gx)
-	}
-	assertConverged(t, a, c, x)
+	assertSameRecord(t, "r", a, c, x)
 }
 
 // TestReview27CopyWhileNewIDOwed: a (Config.DeviceID set by the app) is
@@ -144,8 +140,5 @@ func TestReview27CopyWhileNewIDOwed(t *testing.T) {
 	c.open()
 	syncAll(t, a, c, x)
 	syncAll(t, a, c, x)
-	if ga, gc := a.get("r2"), c.get("r2"); ga != gc {
-		t.Fatalf("r2 differs for good: a %s, copy %s (both stamped it alike under %s)", ga, gc, cfg.DeviceID)
-	}
-	assertConverged(t, a, c, x)
+	assertSameRecord(t, "r2", a, c, x)
 }
