@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -720,7 +721,9 @@ func (s *spool) add(c fileChange) error {
 	return err
 }
 
-// each replays the spooled changes in order.
+// each replays the spooled changes in order, on the caller's goroutine.
+// They are read from the file on a goroutine of their own, a batch ahead
+// of fn (see readChanges), and fn's first error ends the replay.
 func (s *spool) each(fn func(fileChange) error) error {
 	if err := s.w.Flush(); err != nil {
 		return err
@@ -729,67 +732,135 @@ func (s *spool) each(fn func(fileChange) error) error {
 		return err
 	}
 	defer s.f.Seek(0, io.SeekEnd)
-	r := bufio.NewReaderSize(s.f, 64<<10)
-	str := func() (string, error) {
-		n, err := binary.ReadUvarint(r)
-		if err != nil {
-			return "", err
-		}
-		b := make([]byte, n)
-		_, err = io.ReadFull(r, b)
-		return string(b), err
-	}
-	for range s.n {
-		var c fileChange
-		var err error
-		if c.table, err = str(); err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		if c.record, err = str(); err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		flags, err := r.ReadByte()
-		if err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		c.deleted, c.flags = flags&1 != 0, flags>>1
-		v, err := binary.ReadUvarint(r)
-		if err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		c.version = int64(v)
-		p, err := str()
-		if err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		c.patch = []byte(p)
-		if c.device, err = str(); err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		if v, err = binary.ReadUvarint(r); err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		c.reset.Version = int64(v)
-		if c.reset.Device, err = str(); err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", err)
-		}
-		for _, opt := range []*[]byte{&c.clock, &c.base, &c.seen} {
-			n, err := binary.ReadUvarint(r)
-			if err != nil {
-				return fmt.Errorf("drivesync: read spool: %w", err)
-			}
-			if n > 0 {
-				*opt = make([]byte, n-1)
-				if _, err := io.ReadFull(r, *opt); err != nil {
-					return fmt.Errorf("drivesync: read spool: %w", err)
+	batches := make(chan changeBatch, 2)
+	stop := make(chan struct{})
+	go s.readChanges(batches, stop)
+	for b := range batches {
+		for _, c := range b.changes {
+			if err := fn(c); err != nil {
+				close(stop)
+				for range batches { // wait until the reader lets go of the file
 				}
+				return err
 			}
 		}
-		if err := fn(c); err != nil {
-			return err
+		if b.err != nil {
+			return fmt.Errorf("drivesync: read spool: %w", b.err)
 		}
 	}
 	return nil
+}
+
+// A changeBatch is a run of spooled changes read ahead of their replay;
+// err ends the replay.
+type changeBatch struct {
+	changes []fileChange
+	err     error
+}
+
+// changesPerBatch and changeBatchBytes bound what a replay reads ahead,
+// by count and by size: memory stays flat whatever the changes' size.
+const (
+	changesPerBatch  = 256
+	changeBatchBytes = 256 << 10
+)
+
+// readChanges reads the spooled changes from the start of the file and
+// sends them in batches until the last, or a read error, or until stop
+// is closed. It closes batches when it lets go of the file.
+func (s *spool) readChanges(batches chan<- changeBatch, stop <-chan struct{}) {
+	defer close(batches)
+	r := &spoolReader{r: bufio.NewReaderSize(s.f, 64<<10)}
+	b := changeBatch{changes: make([]fileChange, 0, min(s.n, changesPerBatch))}
+	size := 0
+	for i := range s.n {
+		c, err := r.change()
+		if err != nil {
+			b.err = err
+		} else {
+			b.changes = append(b.changes, c)
+			size += len(c.table) + len(c.record) + len(c.patch) + len(c.device) + len(c.reset.Device) + len(c.clock) + len(c.base) + len(c.seen)
+		}
+		if err != nil || len(b.changes) == changesPerBatch || size >= changeBatchBytes || i == s.n-1 {
+			select {
+			case batches <- b:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+			b, size = changeBatch{changes: make([]fileChange, 0, changesPerBatch)}, 0
+		}
+	}
+}
+
+// A spoolReader reads back the changes spool.add wrote.
+type spoolReader struct {
+	r       *bufio.Reader
+	scratch []byte
+}
+
+// change reads the next change. It gets bytes of its own (a replay's fn
+// may keep them); a string is read through scratch and copied once.
+func (s *spoolReader) change() (c fileChange, err error) {
+	if c.table, err = s.str(); err != nil {
+		return c, err
+	}
+	if c.record, err = s.str(); err != nil {
+		return c, err
+	}
+	flags, err := s.r.ReadByte()
+	if err != nil {
+		return c, err
+	}
+	c.deleted, c.flags = flags&1 != 0, flags>>1
+	v, err := binary.ReadUvarint(s.r)
+	if err != nil {
+		return c, err
+	}
+	c.version = int64(v)
+	if c.patch, err = s.bytes(0); err != nil {
+		return c, err
+	}
+	if c.device, err = s.str(); err != nil {
+		return c, err
+	}
+	if v, err = binary.ReadUvarint(s.r); err != nil {
+		return c, err
+	}
+	c.reset.Version = int64(v)
+	if c.reset.Device, err = s.str(); err != nil {
+		return c, err
+	}
+	for _, opt := range []*[]byte{&c.clock, &c.base, &c.seen} {
+		if *opt, err = s.bytes(1); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// bytes reads a length and that many bytes; the length is off by shift
+// (1: an optional field, whose length 0 means nil).
+func (s *spoolReader) bytes(shift uint64) ([]byte, error) {
+	n, err := binary.ReadUvarint(s.r)
+	if err != nil || n < shift {
+		return nil, err
+	}
+	b := make([]byte, n-shift)
+	_, err = io.ReadFull(s.r, b)
+	return b, err
+}
+
+func (s *spoolReader) str() (string, error) {
+	n, err := binary.ReadUvarint(s.r)
+	if err != nil {
+		return "", err
+	}
+	s.scratch = slices.Grow(s.scratch[:0], int(n))[:n]
+	_, err = io.ReadFull(s.r, s.scratch)
+	return string(s.scratch), err
 }
 
 func (s *spool) close() {

@@ -1,0 +1,204 @@
+package drivesync
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The decoders and the spool read ahead on a goroutine of their own (see
+// jsonStream.elements and spool.each). These tests check that the caller
+// still sees what a plain loop gives: every element in order, the first
+// error in the elements' order, and a reader left where it should be.
+
+// readAheadChange is the i-th change of these tests: sizes vary, and a
+// few are large, so that batches end by size as well as by count.
+func readAheadChange(i int) fileChange {
+	body := strings.Repeat("x", i%37)
+	if i%97 == 0 {
+		body = strings.Repeat("y", 70<<10)
+	}
+	c := fileChange{table: "notes", record: fmt.Sprint("r", i), version: int64(i + 1), device: "d",
+		patch: []byte(fmt.Sprintf(`{"b":%q,"i":%d}`, body, i))}
+	if i%3 == 0 {
+		c.clock = []byte(fmt.Sprint("clock", i))
+	}
+	if i%5 == 0 {
+		c.deleted = true
+	}
+	return c
+}
+
+func TestSpoolReplay(t *testing.T) {
+	const n = 1000
+	sp, err := newSpool(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	for i := range n {
+		if err := sp.add(readAheadChange(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(i int, c fileChange) {
+		t.Helper()
+		want := readAheadChange(i)
+		if c.table != want.table || c.record != want.record || c.version != want.version || c.device != want.device ||
+			c.deleted != want.deleted || !bytes.Equal(c.patch, want.patch) || !bytes.Equal(c.clock, want.clock) || (c.clock == nil) != (want.clock == nil) || c.base != nil {
+			t.Fatalf("change %d came back as %+v, want %+v", i, c, want)
+		}
+	}
+	// Stopped by fn: the replay ends at once with fn's error.
+	stop := errors.New("stop")
+	for _, at := range []int{0, 1, 255, 256, 300, n - 1} {
+		seen := 0
+		err := sp.each(func(c fileChange) error {
+			check(seen, c)
+			if seen == at {
+				return stop
+			}
+			seen++
+			return nil
+		})
+		if err != stop || seen != at {
+			t.Fatalf("stopped at %d: err %v after %d changes", at, err, seen)
+		}
+	}
+	// Whole, again, and the spool takes more after it.
+	seen := 0
+	if err := sp.each(func(c fileChange) error { check(seen, c); seen++; return nil }); err != nil || seen != n {
+		t.Fatalf("replay: %d of %d changes, err %v", seen, n, err)
+	}
+	if err := sp.add(readAheadChange(n)); err != nil {
+		t.Fatal(err)
+	}
+	seen = 0
+	if err := sp.each(func(c fileChange) error { check(seen, c); seen++; return nil }); err != nil || seen != n+1 {
+		t.Fatalf("replay after add: %d of %d changes, err %v", seen, n+1, err)
+	}
+	// A spool file cut short: every whole change, in order, then the error.
+	if err := sp.w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := sp.f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(sp.f.Name(), fi.Size()*2/3); err != nil {
+		t.Fatal(err)
+	}
+	seen = 0
+	err = sp.each(func(c fileChange) error { check(seen, c); seen++; return nil })
+	if err == nil || !strings.Contains(err.Error(), "read spool") || seen == 0 || seen >= n {
+		t.Fatalf("cut spool: %d changes, err %v", seen, err)
+	}
+}
+
+// readAheadPatchFile is a gzip patch file of n changes; bad, if not
+// negative, is a change the reader must refuse: a version that is no
+// number, or with broken, text that is not JSON.
+func readAheadPatchFile(t *testing.T, n, bad int, broken ...bool) []byte {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"format":1,"device":"d","changes":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		c := readAheadChange(i)
+		switch {
+		case i == bad && len(broken) > 0:
+			b.WriteString(`{"table_name":"notes",,"record_id":"r"}`)
+		case i == bad:
+			b.WriteString(`{"table_name":"notes","record_id":"r","patch":{"a":1},"sync_version":"one"}`)
+		case c.deleted:
+			fmt.Fprintf(&b, `{"table_name":%q,"record_id":%q,"patch":{},"is_deleted":true,"sync_version":%d}`, c.table, c.record, c.version)
+		default:
+			fmt.Fprintf(&b, `{"table_name":%q,"record_id":%q,"patch":%s,"sync_version":%d}`, c.table, c.record, c.patch, c.version)
+		}
+	}
+	b.WriteString(`]}`)
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write([]byte(b.String()))
+	w.Close()
+	return gz.Bytes()
+}
+
+func TestDecodeReadsAheadInOrder(t *testing.T) {
+	const n = 1000
+	decode := func(file []byte, emit func(fileChange) error) error {
+		return decodePatchFile(bytes.NewReader(file), "d", 1<<30, 1<<20, emit)
+	}
+	good := readAheadPatchFile(t, n, -1)
+	seen := 0
+	in := func(c fileChange) error {
+		if want := readAheadChange(seen); c.record != want.record || c.version != want.version || c.deleted != want.deleted {
+			t.Fatalf("change %d came as %s v%d", seen, c.record, c.version)
+		}
+		seen++
+		return nil
+	}
+	if err := decode(good, in); err != nil || seen != n {
+		t.Fatalf("%d of %d changes, err %v", seen, n, err)
+	}
+	// emit's error ends the read at once.
+	stop := errors.New("stop")
+	for _, at := range []int{0, 255, 256, 700} {
+		seen = 0
+		err := decode(good, func(c fileChange) error {
+			if seen == at {
+				return stop
+			}
+			return in(c)
+		})
+		if err != stop || seen != at {
+			t.Fatalf("stopped at %d: err %v after %d changes", at, err, seen)
+		}
+	}
+	// A bad change: those before it reach emit, then its error.
+	for _, bad := range []int{0, 1, 300, n - 1} {
+		seen = 0
+		err := decode(readAheadPatchFile(t, n, bad), in)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("change %d:", bad)) || seen != bad {
+			t.Fatalf("bad change %d: err %v after %d changes", bad, err, seen)
+		}
+	}
+	// A change that is not JSON stops the reading side.
+	for _, bad := range []int{0, 300, n - 1} {
+		seen = 0
+		err := decode(readAheadPatchFile(t, n, bad, true), in)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("change %d:", bad)) || seen != bad {
+			t.Fatalf("change %d not JSON: err %v after %d changes", bad, err, seen)
+		}
+	}
+	// emit's error comes first when it is met before a bad change.
+	seen = 0
+	err := decode(readAheadPatchFile(t, n, 600), func(c fileChange) error {
+		if seen == 500 {
+			return stop
+		}
+		return in(c)
+	})
+	if err != stop {
+		t.Fatalf("emit failed at 500 before the bad change 600: err %v", err)
+	}
+	// A file cut short inside the changes.
+	seen = 0
+	raw := readAheadPatchFile(t, n, -1)
+	zr, _ := gzip.NewReader(bytes.NewReader(raw))
+	var plain bytes.Buffer
+	plain.ReadFrom(zr)
+	var cut bytes.Buffer
+	w := gzip.NewWriter(&cut)
+	w.Write(plain.Bytes()[:plain.Len()/2])
+	w.Close()
+	if err := decode(cut.Bytes(), in); err == nil || seen == 0 || seen >= n {
+		t.Fatalf("cut file: err %v after %d changes", err, seen)
+	}
+}
