@@ -84,12 +84,13 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		if err != nil {
 			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 		}
-		for rows.Next() {
-			var r pendingRow
-			if err := t.scanPending(ctx, s, rows, &r); err != nil {
-				rows.Close()
-				return nil, &Error{Op: "read pending", Table: t.name, Err: err}
-			}
+		scan, closeScan, err := t.pendingScanner(ctx, s.conn)
+		if err != nil {
+			rows.Close()
+			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
+		}
+		readErr := func(err error) error { return &Error{Op: "read pending", Table: t.name, Err: err} }
+		err = eachRow(rows, scan, (*pendingRow).size, readErr, func(r *pendingRow) error {
 			if (r.id == "" || len(r.id) > merge.MaxRecordIDLen || !utf8.ValidString(r.id)) && (r.rowExists || r.synced.Valid) {
 				// Every reader refuses such a change, and with it
 				// the file or batch that holds it: it is not sent.
@@ -100,46 +101,43 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 				// record.
 				s.skipRecord(t.name, r.id, fmt.Errorf("the record id (%d bytes) must be 1-%d bytes of UTF-8", len(r.id), merge.MaxRecordIDLen))
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
-				continue
+				return nil
 			}
-			c, skip, err := s.planRecord(ctx, t, r, resets[recordKey{t.name, r.id}])
+			c, skip, err := s.planRecord(ctx, t, *r, resets[recordKey{t.name, r.id}])
 			if err != nil {
-				rows.Close()
-				return nil, &Error{Op: "read pending", Table: t.name, Record: r.id, Err: err}
+				return &Error{Op: "read pending", Table: t.name, Record: r.id, Err: err}
 			}
 			if skip {
 				p.skipped[recordKey{t.name, r.id}] = r.shown()
-				continue
+				return nil
 			}
 			if c.flags&planNoop == 0 {
 				c.version = versions.take()
 				writes, err := ownWrites(c, s.limits.MaxRecordSize)
 				if err != nil {
-					rows.Close()
-					return nil, &Error{Op: "write upload", Table: t.name, Record: r.id, Err: err}
+					return &Error{Op: "write upload", Table: t.name, Record: r.id, Err: err}
 				}
 				// The parts of a change are one write: they go in one
 				// file. A change that does not fit in the current file
 				// starts the next; one that fits in no file is not sent.
 				if skip, err = s.place(p, open, writes, &entries); err != nil {
-					rows.Close()
-					return nil, err
+					return err
 				}
 				if skip {
 					s.skipRecord(t.name, r.id, fmt.Errorf("the change takes %d bytes, more than a patch file may hold (the store's MaxExpandedSize is %d, MaxFileSize %d)", len(entries), s.limits.MaxExpandedSize, s.limits.MaxFileSize))
 					p.skipped[recordKey{t.name, r.id}] = r.shown()
-					continue
+					return nil
 				}
 				p.sent += len(writes)
 			}
 			if err := p.changes.add(c); err != nil {
-				rows.Close()
-				return nil, &Error{Op: "write plan", Err: err}
+				return &Error{Op: "write plan", Err: err}
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
+			return nil
+		})
+		closeScan()
+		if err != nil {
+			return nil, err
 		}
 	}
 	for _, up := range open {
@@ -214,37 +212,54 @@ WHERE p.table_name = ?1
 ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name), from)
 }
 
-// scanPending reads the next pending record of rows (from pendingSQL)
-// into r. An ordinary table's row is read by its key, through r.
-func (t *tableInfo) scanPending(ctx context.Context, run runner, rows *sql.Rows, r *pendingRow) error {
+// pendingScanner returns what reads each pending record of rows from
+// pendingSQL into a pendingRow, and what closes it once rows are read.
+// An ordinary table's row is read by its key, with a statement of the
+// scanner's own: it runs on eachRow's reading goroutine, which shares
+// nothing else with the sync's.
+func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, close func(), err error) {
 	if !t.ordinary {
-		return rows.Scan(&r.id, &r.rawID, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
+		return func(rows *sql.Rows, r *pendingRow) error {
+			return rows.Scan(&r.id, &r.rawID, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
+		}, func() {}, nil
 	}
-	if err := rows.Scan(&r.id, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
-		return err
-	}
-	if !utf8.ValidString(r.id) {
-		// Its id would not cross a patch file unchanged (JSON strings
-		// hold UTF-8): the app must give the row a valid key.
-		r.keyErr = fmt.Errorf("key %q is TEXT that is not valid UTF-8: give the row a key in UTF-8 (or a BLOB)", r.id)
-		return nil
-	}
-	key, err := t.decodeKey(r.id)
+	read, err := conn.PrepareContext(ctx, t.readSQL)
 	if err != nil {
-		// No row can have this id (a record another device named): there
-		// is nothing of the app's to send.
-		r.noKey = true
+		return nil, nil, err
+	}
+	return func(rows *sql.Rows, r *pendingRow) error {
+		if err := rows.Scan(&r.id, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
+			return err
+		}
+		if !utf8.ValidString(r.id) {
+			// Its id would not cross a patch file unchanged (JSON
+			// strings hold UTF-8): the app must give the row a valid
+			// key.
+			r.keyErr = fmt.Errorf("key %q is TEXT that is not valid UTF-8: give the row a key in UTF-8 (or a BLOB)", r.id)
+			return nil
+		}
+		key, err := t.decodeKey(r.id)
+		if err != nil {
+			// No row can have this id (a record another device
+			// named): there is nothing of the app's to send.
+			r.noKey = true
+			return nil
+		}
+		text, ok, err := t.readKeyBy(func(dest ...any) error { return read.QueryRowContext(ctx, key...).Scan(dest...) })
+		if err != nil {
+			return err
+		}
+		// The engine writes an ordinary row's values as they are: the
+		// row is always as it would write it.
+		r.rowExists, r.rowCanonical = ok, true
+		r.content = sql.NullString{String: text, Valid: ok}
 		return nil
-	}
-	text, ok, err := t.readKey(ctx, run, key)
-	if err != nil {
-		return err
-	}
-	// The engine writes an ordinary row's values as they are: the row is
-	// always as it would write it.
-	r.rowExists, r.rowCanonical = ok, true
-	r.content = sql.NullString{String: text, Valid: ok}
-	return nil
+	}, func() { read.Close() }, nil
+}
+
+// size is about how many bytes r holds.
+func (r *pendingRow) size() int {
+	return len(r.id) + len(r.content.String) + len(r.synced.String) + len(r.clock.String) + len(r.base.String)
 }
 
 // pendingRow is one pending record as pendingSQL reads it.
@@ -719,3 +734,72 @@ func (s *syncRun) newUpload(p *plan, format int) (*upload, error) {
 	p.uploads = append(p.uploads, up)
 	return up, nil
 }
+
+// eachRow calls fn with every row of rows, scanned by scan, in order, on
+// the caller's goroutine, and closes rows. The rows are stepped and
+// scanned on a goroutine of their own, a batch ahead of fn (bounded by
+// count, and by size as size reckons it): the second core runs SQLite's
+// reading while the first runs fn. fn's first error, or the first
+// error reading the rows (returned through readErr), in the rows' order,
+// ends it. fn may use the rows' connection: database/sql takes its turns.
+func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, size func(*T) int, readErr func(error) error, fn func(*T) error) error {
+	defer rows.Close()
+	type batch struct {
+		rows []T
+		err  error
+	}
+	batches := make(chan batch, 2)
+	stop := make(chan struct{})
+	go func() {
+		defer close(batches)
+		var b batch
+		n := 0
+		send := func() bool {
+			select {
+			case batches <- b:
+				b, n = batch{}, 0
+				return true
+			case <-stop:
+				return false
+			}
+		}
+		for rows.Next() {
+			b.rows = append(b.rows, *new(T))
+			r := &b.rows[len(b.rows)-1]
+			if err := scan(rows, r); err != nil {
+				b.rows, b.err = b.rows[:len(b.rows)-1], err
+				send()
+				return
+			}
+			if n += size(r); len(b.rows) == rowsPerBatch || n >= rowBatchBytes {
+				if !send() {
+					return
+				}
+			}
+		}
+		b.err = rows.Err()
+		if len(b.rows) > 0 || b.err != nil {
+			send()
+		}
+	}()
+	for b := range batches {
+		for i := range b.rows {
+			if err := fn(&b.rows[i]); err != nil {
+				close(stop)
+				for range batches { // wait until the reader lets go of rows
+				}
+				return err
+			}
+		}
+		if b.err != nil {
+			return readErr(b.err)
+		}
+	}
+	return nil
+}
+
+// rowsPerBatch and rowBatchBytes bound what eachRow reads ahead.
+const (
+	rowsPerBatch  = 256
+	rowBatchBytes = 256 << 10
+)

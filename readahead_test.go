@@ -3,9 +3,12 @@ package drivesync
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -200,5 +203,76 @@ func TestDecodeReadsAheadInOrder(t *testing.T) {
 	w.Close()
 	if err := decode(cut.Bytes(), in); err == nil || seen == 0 || seen >= n {
 		t.Fatalf("cut file: err %v after %d changes", err, seen)
+	}
+}
+
+// TestEachRow reads 1000 rows of a real SQLite query ahead: fn sees them
+// in order, its error ends the read, a scan error comes after the rows
+// before it, and fn can query the same connection meanwhile.
+func TestEachRow(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", testDSN(filepath.Join(t.TempDir(), "rows.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const n = 1000
+	query := func() *sql.Rows {
+		t.Helper()
+		// Row 700 holds text where the scan wants a number; rows whose
+		// text is long end batches by size.
+		rows, err := conn.QueryContext(ctx, `WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < ?1 - 1)
+SELECT CASE WHEN i = ?2 THEN 'seven hundred' ELSE i END, CASE WHEN i % 50 = 0 THEN zeroblob(100000) ELSE '' END FROM k`, n, 700)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	type row struct {
+		i   int
+		pad []byte
+	}
+	scan := func(rows *sql.Rows, r *row) error { return rows.Scan(&r.i, &r.pad) }
+	size := func(r *row) int { return len(r.pad) }
+	readErr := func(err error) error { return fmt.Errorf("reading: %w", err) }
+	// Up to the bad row, fn sees each row in order and queries the
+	// same connection.
+	seen := 0
+	err = eachRow(query(), scan, size, readErr, func(r *row) error {
+		if r.i != seen {
+			t.Fatalf("row %d came as %d", seen, r.i)
+		}
+		var one int
+		if err := conn.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+			return err
+		}
+		seen++
+		return nil
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "reading: ") || seen != 700 {
+		t.Fatalf("after %d rows: err %v, want the scan error of row 700", seen, err)
+	}
+	stop := errors.New("stop")
+	for _, at := range []int{0, 255, 256, 699} {
+		seen = 0
+		err := eachRow(query(), scan, size, readErr, func(r *row) error {
+			if seen == at {
+				return stop
+			}
+			seen++
+			return nil
+		})
+		if err != stop || seen != at {
+			t.Fatalf("stopped at %d: err %v after %d rows", at, err, seen)
+		}
+	}
+	// The connection is free again: the rows were closed.
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE after_rows (x)`); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -396,12 +396,17 @@ func (t *tableInfo) readRow(ctx context.Context, r runner, id string) (text stri
 
 // readKey is readRow for an ordinary table's row of key, decoded.
 func (t *tableInfo) readKey(ctx context.Context, r runner, key []any) (text string, ok bool, err error) {
+	return t.readKeyBy(func(dest ...any) error { return r.queryRow(ctx, t.readSQL, key, dest...) })
+}
+
+// readKeyBy is readKey, running readSQL through query.
+func (t *tableInfo) readKeyBy(query func(dest ...any) error) (text string, ok bool, err error) {
 	vals := make([]any, 2*len(t.fields)+1)
 	dest := make([]any, len(vals))
 	for i := range vals {
 		dest[i] = &vals[i]
 	}
-	err = r.queryRow(ctx, t.readSQL, key, dest...)
+	err = query(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
