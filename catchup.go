@@ -373,12 +373,15 @@ func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	}
 	var maxV int64
 	var spoolErr error
-	src := &countingReader{r: &limitedReader{r: progressReader{rc, e}, n: limit, what: "compressed file"}}
+	progress := &progressReader{r: rc, e: e}
+	src := &countingReader{r: &limitedReader{r: progress, n: limit, what: "compressed file"}}
 	h, err := decodeStateFile(src, device, f.limits, func(c fileChange) error {
+		progress.report()
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)
 		return spoolErr
 	})
+	progress.report()
 	if err == nil && h.store != f.store {
 		err = rejection{fmt.Errorf("it belongs to store %s, not %s", h.store, f.store)}
 	}

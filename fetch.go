@@ -255,12 +255,15 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	var maxV int64
 	var spoolErr error
-	src := &countingReader{r: &limitedReader{r: progressReader{rc, e}, n: f.limits.MaxFileSize, what: "compressed file"}}
+	progress := &progressReader{r: rc, e: e}
+	src := &countingReader{r: &limitedReader{r: progress, n: f.limits.MaxFileSize, what: "compressed file"}}
 	err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
+		progress.report()
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)
 		return spoolErr
 	})
+	progress.report()
 	if err == nil {
 		_, at, _, _ := parseFileName(d.name)
 		err = f.checkVersions(at, maxV)

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -441,6 +442,11 @@ func (r *harnessRemote) Open(ctx context.Context, name string) (io.ReadCloser, e
 	dm, ok := w.damaged[r.device][name]
 	w.mu.Unlock()
 	if !ok || !now.Before(dm.until) {
+		if w.roll("file read in small pieces", 0.3) {
+			// As a slow network delivers it: the decoders read ahead
+			// of the sync many times per file.
+			return smallReads{rc}, nil
+		}
 		return rc, nil
 	}
 	defer rc.Close()
@@ -826,6 +832,9 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		}
 		return err
 	}()
+	if n := meterAway.Swap(0); n > 0 {
+		rt.Fatalf("%d progress updates (Config.Progress) were made on a goroutine other than the syncing one", n)
+	}
 	op := "sync"
 	if snapshot {
 		op = "Snapshot"
@@ -1544,6 +1553,7 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		d := &hdevice{name: name, path: filepath.Join(dir, name+".db"), seen: map[string]bool{}}
 		d.remote = &harnessRemote{w: w, base: base, device: name, skew: skew}
 		d.cfg = Config{Remote: d.remote, Tables: harnessTables(false), DeviceID: name, TempDir: dir, Retention: w.retention, Limits: w.limits}
+		d.cfg.Progress = func(Progress) {} // see meterAway
 		if w.keys != nil {
 			d.cfg.Encryption, d.cfg.PreviousKeys = w.keys[0], w.keys[1:]
 			if w.rotating { // the old key only, until catchUp
@@ -2154,4 +2164,32 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 			}
 		}
 	}
+}
+
+// smallReads returns at most 97 bytes per Read.
+type smallReads struct{ io.ReadCloser }
+
+func (r smallReads) Read(p []byte) (int, error) { return r.ReadCloser.Read(p[:min(len(p), 97)]) }
+
+// meterAway counts the progress updates made off the syncing goroutine,
+// where Config.Progress promises to run; every one is checked, whether
+// the rate limit lets it through to Progress or not. The harness fails a
+// schedule that makes one.
+var meterAway atomic.Int64
+
+func init() {
+	meterHook = func(*Engine) {
+		count("progress updates checked to be on the syncing goroutine")
+		if !onSyncingGoroutine() {
+			meterAway.Add(1)
+		}
+	}
+}
+
+// onSyncingGoroutine reports whether the caller runs on the goroutine of
+// an Engine's sync (Sync, Snapshot, JoinRemote...), where Config.Progress
+// promises to run: its stack holds Engine.run.
+func onSyncingGoroutine() bool {
+	buf := make([]byte, 16<<10)
+	return bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("drivesync.(*Engine).run("))
 }

@@ -2,6 +2,7 @@ package drivesync
 
 import (
 	"io"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,9 +65,16 @@ func (e *Engine) progressRecords(n int) {
 	}
 }
 
+// meterHook, set only by this package's tests, sees every progress
+// update before the rate limit drops most of them.
+var meterHook func(e *Engine)
+
 func (e *Engine) emitProgress(force bool) {
 	if e.cfg.Progress == nil {
 		return
+	}
+	if meterHook != nil {
+		meterHook(e)
 	}
 	m := &e.meter
 	now := time.Now()
@@ -84,15 +92,25 @@ func (e *Engine) emitProgress(force bool) {
 }
 
 // progressReader counts the bytes read through it as the current step's.
+// A decoder reads ahead on a goroutine of its own (see
+// jsonStream.elements), and Progress runs on the syncing goroutine: the
+// bytes wait in unread until the syncing goroutine calls report.
 type progressReader struct {
-	r io.Reader
-	e *Engine
+	r      io.Reader
+	e      *Engine
+	unread atomic.Int64
 }
 
-func (p progressReader) Read(b []byte) (int, error) {
+func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	if n > 0 {
-		p.e.progressBytes(int64(n))
-	}
+	p.unread.Add(int64(n))
 	return n, err
+}
+
+// report counts the bytes read since the last report. Only the syncing
+// goroutine calls it.
+func (p *progressReader) report() {
+	if n := p.unread.Swap(0); n > 0 {
+		p.e.progressBytes(n)
+	}
 }
