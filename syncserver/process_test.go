@@ -20,6 +20,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the server binary a test run built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // serverBinary builds cmd/drivesync-server once per test run.
 func serverBinary(t testing.TB) string {
 	buildOnce.Do(func() {
