@@ -128,7 +128,7 @@ func (s *applier) apply(ctx context.Context) error {
 	}
 	total := 1 + len(s.f.files)
 	e.progress("apply", 0, total)
-	err = s.p.changes.each(func(c fileChange) error {
+	err = s.p.changes.eachWith(e.parseAhead, func(c fileChange) error {
 		if err := s.applyOwn(ctx, c); err != nil {
 			return err
 		}
@@ -141,7 +141,7 @@ func (s *applier) apply(ctx context.Context) error {
 		return err
 	}
 	for i, d := range s.f.files {
-		err := d.spool.each(func(c fileChange) error {
+		err := d.spool.eachWith(e.parseAhead, func(c fileChange) error {
 			e.progressRecords(1)
 			if err := s.applyReceived(ctx, c); err != nil {
 				return err
@@ -185,6 +185,19 @@ func (s *applier) apply(ctx context.Context) error {
 	return err
 }
 
+// parseAhead works out, on a spool replay's reading goroutine (see
+// spool.eachWith), what writing the row of a change to an ordinary table
+// takes from its patch (see parsedRow), for an apply that writes the
+// patch as it is: most of the Go work of writing an ordinary row is then
+// off the syncing goroutine. A patch that does not parse, or whose id is
+// no key, is left to the apply, which reports it. parseAhead reads only
+// what Open set.
+func (e *Engine) parseAhead(c *fileChange) {
+	if t := e.tables[c.table]; t != nil && t.ordinary && !c.deleted {
+		c.parsed, _ = t.parseRow(c.record, c.patch)
+	}
+}
+
 // freshWrite reports whether c, a write of a record that has no state
 // yet, gives the record exactly its patch (see merge.FreshClock): a plain
 // write, neither a delete nor a replacing one, that removes nothing. A
@@ -211,9 +224,9 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		case c.flags&planRowCanonical != 0:
 			return nil
 		case c.base == nil:
-			return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
+			return s.rowResult(ctx, t, c.record, t.writeParsed(ctx, s, c.record, string(c.patch), c.parsed))
 		}
-		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
+		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch), c.parsed))
 	}
 	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {
@@ -283,7 +296,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		return s.writeRow(ctx, t, c.record, st.node)
 	}
 	// The row exists (its content is what was planned): update in place.
-	return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value()))))
+	return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value())), nil))
 }
 
 // clearPending removes, when nothing else wrote during the sync, every
@@ -382,7 +395,7 @@ func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 		if c.deleted {
 			return s.rowResult(ctx, t, c.record, t.deleteRow(ctx, s, c.record))
 		}
-		return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
+		return s.rowResult(ctx, t, c.record, t.writeParsed(ctx, s, c.record, string(c.patch), c.parsed))
 	}
 	return s.writeRow(ctx, t, c.record, st.node)
 }

@@ -497,6 +497,10 @@ type fileChange struct {
 	base []byte
 	// seen, for a write: its "seen" list (nil: unknown; see conflicts.go).
 	seen []byte
+	// parsed is what writing an ordinary row takes from patch, when a
+	// spool replay worked it out ahead (see Engine.parseAhead); nil
+	// otherwise. Never spooled.
+	parsed *parsedRow
 }
 
 const (
@@ -724,7 +728,11 @@ func (s *spool) add(c fileChange) error {
 // each replays the spooled changes in order, on the caller's goroutine.
 // They are read from the file on a goroutine of their own, a batch ahead
 // of fn (see readChanges), and fn's first error ends the replay.
-func (s *spool) each(fn func(fileChange) error) error {
+func (s *spool) each(fn func(fileChange) error) error { return s.eachWith(nil, fn) }
+
+// eachWith is each, calling prepare, if not nil, with every change on
+// the reading goroutine, before fn sees it.
+func (s *spool) eachWith(prepare func(*fileChange), fn func(fileChange) error) error {
 	if err := s.w.Flush(); err != nil {
 		return err
 	}
@@ -734,7 +742,7 @@ func (s *spool) each(fn func(fileChange) error) error {
 	defer s.f.Seek(0, io.SeekEnd)
 	batches := make(chan changeBatch, 2)
 	stop := make(chan struct{})
-	go s.readChanges(batches, stop)
+	go s.readChanges(prepare, batches, stop)
 	for b := range batches {
 		for _, c := range b.changes {
 			if err := fn(c); err != nil {
@@ -765,10 +773,11 @@ const (
 	changeBatchBytes = 256 << 10
 )
 
-// readChanges reads the spooled changes from the start of the file and
-// sends them in batches until the last, or a read error, or until stop
-// is closed. It closes batches when it lets go of the file.
-func (s *spool) readChanges(batches chan<- changeBatch, stop <-chan struct{}) {
+// readChanges reads the spooled changes from the start of the file,
+// prepares each (see eachWith) and sends them in batches until the last,
+// or a read error, or until stop is closed. It closes batches when it
+// lets go of the file.
+func (s *spool) readChanges(prepare func(*fileChange), batches chan<- changeBatch, stop <-chan struct{}) {
 	defer close(batches)
 	r := &spoolReader{r: bufio.NewReaderSize(s.f, 64<<10)}
 	b := changeBatch{changes: make([]fileChange, 0, min(s.n, changesPerBatch))}
@@ -778,6 +787,9 @@ func (s *spool) readChanges(batches chan<- changeBatch, stop <-chan struct{}) {
 		if err != nil {
 			b.err = err
 		} else {
+			if prepare != nil {
+				prepare(&c)
+			}
 			b.changes = append(b.changes, c)
 			size += len(c.table) + len(c.record) + len(c.patch) + len(c.device) + len(c.reset.Device) + len(c.clock) + len(c.base) + len(c.seen)
 		}

@@ -444,70 +444,121 @@ func (t *tableInfo) rowValue(vals []any) (jsonv.Value, error) {
 // ordinary row's columns that content has (a column it lacks keeps its
 // value, or takes its default in a new row).
 func (t *tableInfo) writeRow(ctx context.Context, r runner, id, content string) error {
+	return t.writeParsed(ctx, r, id, content, nil)
+}
+
+// A parsedRow is what writing an ordinary row takes from a record,
+// worked out ahead of the write (see Engine.parseAhead).
+type parsedRow struct {
+	v    jsonv.Value // the record
+	key  []any       // its key's values
+	cols []string    // the columns the write sets
+	args []any       // the key's values, then the columns'
+	err  error       // why the record is no row of the table (see columnArgs)
+}
+
+// parseRow works out the parsedRow of the record id with content; an id
+// that is no key, or content that is no JSON object, fails it.
+func (t *tableInfo) parseRow(id string, content []byte) (*parsedRow, error) {
+	key, err := t.decodeKey(id)
+	if err != nil {
+		return nil, err
+	}
+	v, err := jsonv.ParseObject(content, jsonv.Options{})
+	if err != nil {
+		return nil, rowErrorf("table %s, record %s: %v", t.name, id, err)
+	}
+	return t.parsed(id, key, v), nil
+}
+
+// parsed returns the parsedRow of record v of record id (key: its key's
+// values).
+func (t *tableInfo) parsed(id string, key []any, v jsonv.Value) *parsedRow {
+	p := &parsedRow{v: v, key: key}
+	p.cols, p.args, p.err = t.columnArgs(id, key, v)
+	return p
+}
+
+// writeParsed is writeRow; parsed, if not nil, is content's parsedRow,
+// worked out ahead.
+func (t *tableInfo) writeParsed(ctx context.Context, r runner, id, content string, parsed *parsedRow) error {
 	if !t.ordinary {
 		return t.writeOne(ctx, r, id, t.upsertSQL, id, content)
 	}
-	key, err := t.decodeKey(id)
-	if err != nil {
-		return err
-	}
-	v, err := jsonv.ParseObject([]byte(content), jsonv.Options{})
-	if err != nil {
-		return rowErrorf("table %s, record %s: %v", t.name, id, err)
-	}
-	if t.appendOnly {
-		if written, err := t.keepImmutable(ctx, r, id, v); written || err != nil {
+	if parsed == nil {
+		var err error
+		if parsed, err = t.parseRow(id, []byte(content)); err != nil {
 			return err
 		}
-		if err := t.upsertColumns(ctx, r, id, key, v); err != nil {
+	}
+	if t.appendOnly {
+		if written, err := t.keepImmutable(ctx, r, id, parsed.v); written || err != nil {
+			return err
+		}
+		if err := t.upsertParsed(ctx, r, id, parsed); err != nil {
 			return err // refused: not placed
 		}
 		return t.place(ctx, r, id)
 	}
-	return t.upsertColumns(ctx, r, id, key, v)
+	return t.upsertParsed(ctx, r, id, parsed)
 }
 
-// upsertColumns writes the row of record id (key: its key's values) with
-// the columns of this table that record v has.
-func (t *tableInfo) upsertColumns(ctx context.Context, r runner, id string, key []any, v jsonv.Value) error {
-	args := key
-	var cols []string
+// columnArgs returns the columns of this table that record v (of record id,
+// whose key's values are key) has, and the arguments of the write that
+// sets them: the key's values, then theirs.
+func (t *tableInfo) columnArgs(id string, key []any, v jsonv.Value) (cols []string, args []any, err error) {
+	args = slices.Clip(key)
 	for _, m := range v.Members {
 		if !t.hasField(m.Key) {
 			continue // a column this table lacks: kept in the synced state
 		}
 		leaf, ok := t.ruleValue(m.Key, m.Value)
 		if !ok {
-			return rowErrorf("table %s, record %s, column %s: %s is no value this table's merge rule for the column reads (MergeRule %v)", t.name, id, m.Key, truncate(string(jsonv.Encode(m.Value)), 40), t.rules[m.Key])
+			return nil, nil, rowErrorf("table %s, record %s, column %s: %s is no value this table's merge rule for the column reads (MergeRule %v)", t.name, id, m.Key, truncate(string(jsonv.Encode(m.Value)), 40), t.rules[m.Key])
 		}
 		val, err := decodeValue(leaf)
 		if err != nil {
-			return rowErrorf("table %s, record %s, column %s: %v", t.name, id, m.Key, err)
+			return nil, nil, rowErrorf("table %s, record %s, column %s: %v", t.name, id, m.Key, err)
 		}
 		cols = append(cols, m.Key)
 		args = append(args, val)
 	}
-	if len(cols) == 0 {
+	return cols, args, nil
+}
+
+// upsertColumns writes the row of record id (key: its key's values) with
+// the columns of this table that record v has (see columnArgs).
+func (t *tableInfo) upsertColumns(ctx context.Context, r runner, id string, key []any, v jsonv.Value) error {
+	return t.upsertParsed(ctx, r, id, t.parsed(id, key, v))
+}
+
+// upsertParsed is upsertColumns, from the record's parsedRow.
+func (t *tableInfo) upsertParsed(ctx context.Context, r runner, id string, p *parsedRow) error {
+	if p.err != nil {
+		return p.err
+	}
+	if len(p.cols) == 0 {
 		// DO NOTHING: a row that exists stays; one that does not, and
 		// is still missing, an app trigger skipped (see writeOne).
-		n, err := r.execCount(ctx, t.upsertFor(cols), args...)
+		n, err := r.execCount(ctx, t.upsertFor(p.cols), p.args...)
 		if err != nil || n > 0 {
 			return err
 		}
-		if there, err := t.rowThere(ctx, r, key); err != nil || there {
+		if there, err := t.rowThere(ctx, r, p.key); err != nil || there {
 			return err
 		}
 		return rowErrorf("table %s, record %s: a trigger of the table skipped the write (RAISE(IGNORE)); the row keeps what it showed", t.name, id)
 	}
-	return t.writeOne(ctx, r, id, t.upsertFor(cols), args...)
+	return t.writeOne(ctx, r, id, t.upsertFor(p.cols), p.args...)
 }
 
-// updateRow writes content to a row known to exist.
-func (t *tableInfo) updateRow(ctx context.Context, r runner, id, content string) error {
+// updateRow writes content to a row known to exist; parsed is as for
+// writeParsed.
+func (t *tableInfo) updateRow(ctx context.Context, r runner, id, content string, parsed *parsedRow) error {
 	if !t.ordinary {
 		return t.writeOne(ctx, r, id, t.updateSQL, id, content)
 	}
-	return t.writeRow(ctx, r, id, content)
+	return t.writeParsed(ctx, r, id, content, parsed)
 }
 
 // refusal reports whether a failed row write is the table refusing the
