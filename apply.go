@@ -128,7 +128,10 @@ func (s *applier) apply(ctx context.Context) error {
 	}
 	total := 1 + len(s.f.files)
 	e.progress("apply", 0, total)
-	err = s.p.changes.eachWith(e.parseAhead, func(c fileChange) error {
+	// Not parsed ahead: an ordinary table's row almost always holds its
+	// planned content already (planRowCanonical), and the parse would
+	// go to waste.
+	err = s.p.changes.each(func(c fileChange) error {
 		if err := s.applyOwn(ctx, c); err != nil {
 			return err
 		}
@@ -224,9 +227,9 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		case c.flags&planRowCanonical != 0:
 			return nil
 		case c.base == nil:
-			return s.rowResult(ctx, t, c.record, t.writeParsed(ctx, s, c.record, string(c.patch), c.parsed))
+			return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
 		}
-		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch), c.parsed))
+		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch), nil))
 	}
 	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {

@@ -792,6 +792,9 @@ func (s *spool) readChanges(prepare func(*fileChange), batches chan<- changeBatc
 			}
 			b.changes = append(b.changes, c)
 			size += len(c.table) + len(c.record) + len(c.patch) + len(c.device) + len(c.reset.Device) + len(c.clock) + len(c.base) + len(c.seen)
+			if c.parsed != nil {
+				size += 4 * len(c.patch) // about what the parsed record and its values hold
+			}
 		}
 		if err != nil || len(b.changes) == changesPerBatch || size >= changeBatchBytes || i == s.n-1 {
 			select {
