@@ -726,8 +726,9 @@ func (s *spool) add(c fileChange) error {
 }
 
 // each replays the spooled changes in order, on the caller's goroutine.
-// They are read from the file on a goroutine of their own, a batch ahead
-// of fn (see readChanges), and fn's first error ends the replay.
+// They are read from the file a batch ahead of fn, on a goroutine of
+// their own (see readAhead), and the first error of either ends the
+// replay.
 func (s *spool) each(fn func(fileChange) error) error { return s.eachWith(nil, fn) }
 
 // eachWith is each, calling prepare, if not nil, with every change on
@@ -740,74 +741,26 @@ func (s *spool) eachWith(prepare func(*fileChange), fn func(fileChange) error) e
 		return err
 	}
 	defer s.f.Seek(0, io.SeekEnd)
-	batches := make(chan changeBatch, 2)
-	stop := make(chan struct{})
-	go s.readChanges(prepare, batches, stop)
-	for b := range batches {
-		for _, c := range b.changes {
-			if err := fn(c); err != nil {
-				close(stop)
-				for range batches { // wait until the reader lets go of the file
-				}
-				return err
-			}
-		}
-		if b.err != nil {
-			return fmt.Errorf("drivesync: read spool: %w", b.err)
-		}
-	}
-	return nil
-}
-
-// A changeBatch is a run of spooled changes read ahead of their replay;
-// err ends the replay.
-type changeBatch struct {
-	changes []fileChange
-	err     error
-}
-
-// changesPerBatch and changeBatchBytes bound what a replay reads ahead,
-// by count and by size: memory stays flat whatever the changes' size.
-const (
-	changesPerBatch  = 256
-	changeBatchBytes = 256 << 10
-)
-
-// readChanges reads the spooled changes from the start of the file,
-// prepares each (see eachWith) and sends them in batches until the last,
-// or a read error, or until stop is closed. It closes batches when it
-// lets go of the file.
-func (s *spool) readChanges(prepare func(*fileChange), batches chan<- changeBatch, stop <-chan struct{}) {
-	defer close(batches)
 	r := &spoolReader{r: bufio.NewReaderSize(s.f, 64<<10)}
-	b := changeBatch{changes: make([]fileChange, 0, min(s.n, changesPerBatch))}
-	size := 0
-	for i := range s.n {
-		c, err := r.change()
-		if err != nil {
-			b.err = err
-		} else {
+	return readAhead(func(send func(fileChange, int) bool) error {
+		for range s.n {
+			c, err := r.change()
+			if err != nil {
+				return fmt.Errorf("drivesync: read spool: %w", err)
+			}
 			if prepare != nil {
 				prepare(&c)
 			}
-			b.changes = append(b.changes, c)
-			size += len(c.table) + len(c.record) + len(c.patch) + len(c.device) + len(c.reset.Device) + len(c.clock) + len(c.base) + len(c.seen)
+			size := len(c.table) + len(c.record) + len(c.patch) + len(c.device) + len(c.reset.Device) + len(c.clock) + len(c.base) + len(c.seen)
 			if c.parsed != nil {
 				size += 4 * len(c.patch) // about what the parsed record and its values hold
 			}
-		}
-		if err != nil || len(b.changes) == changesPerBatch || size >= changeBatchBytes || i == s.n-1 {
-			select {
-			case batches <- b:
-			case <-stop:
-				return
+			if !send(c, size) {
+				return nil
 			}
-			if err != nil {
-				return
-			}
-			b, size = changeBatch{changes: make([]fileChange, 0, changesPerBatch)}, 0
 		}
-	}
+		return nil
+	}, func(c *fileChange) error { return fn(*c) })
 }
 
 // A spoolReader reads back the changes spool.add wrote.

@@ -465,13 +465,10 @@ func (s *jsonStream) skip() error {
 // for one element: it is set before each, from the comma before it (the
 // bracket before the first). The bytes are each's to keep.
 //
-// The array is read on a goroutine of its own, a batch of elements ahead
-// of each: reading (inflating and scanning) and what each does (decoding,
-// checking, spooling) take about as long, and a second core does one
-// while the first does the other. Nothing changes for the caller: each
-// sees the elements one by one, the first error of either side (in the
-// order the elements come) ends the read, and the reader is left alone
-// once elements returns.
+// The array is read a batch ahead of each, on a goroutine of its own
+// (see readAhead): inflating and scanning the elements on one core,
+// decoding, checking and spooling them on the other. The first error of
+// either side, in the elements' order, ends the read.
 func (s *jsonStream) elements(bound int64, what string, each func(i int, raw []byte) error) error {
 	if err := s.delim(':'); err != nil {
 		return err
@@ -479,92 +476,34 @@ func (s *jsonStream) elements(bound int64, what string, each func(i int, raw []b
 	if err := s.token('['); err != nil {
 		return err
 	}
-	batches := make(chan elementBatch, 2)
-	stop := make(chan struct{})
-	go s.readElements(bound, what, batches, stop)
-	i := 0
-	for b := range batches {
-		for _, raw := range b.raws {
-			if err := each(i, raw); err != nil {
-				close(stop)
-				for range batches { // wait until the reader lets go of the stream
-				}
+	n := 0 // the elements each has had
+	return readAhead(func(send func([]byte, int) bool) error {
+		for i := 0; ; i++ {
+			c, err := s.more(']')
+			if err != nil {
 				return err
 			}
-			i++
-		}
-		if b.err != nil {
-			return b.err // the reader's last batch
-		}
-	}
-	return nil
-}
-
-// An elementBatch is a run of an array's elements, read ahead of their
-// use; err ends the array (nil: at its closing bracket, or more to come).
-type elementBatch struct {
-	raws [][]byte
-	err  error
-}
-
-// elementsPerBatch bounds a batch by count, elementBatchBytes by size:
-// what is read ahead stays small, whatever the elements' size.
-const (
-	elementsPerBatch  = 256
-	elementBatchBytes = 256 << 10
-)
-
-// readElements reads the elements of the array elements is in, after its
-// opening bracket, and sends them in batches until the closing bracket or
-// an error, which ends the last batch, or until stop is closed. It closes
-// batches when it lets go of the stream.
-func (s *jsonStream) readElements(bound int64, what string, batches chan<- elementBatch, stop <-chan struct{}) {
-	defer close(batches)
-	var b elementBatch
-	size := 0
-	send := func() bool {
-		select {
-		case batches <- b:
-			b, size = elementBatch{}, 0
-			return true
-		case <-stop:
-			return false
-		}
-	}
-	for i := 0; ; i++ {
-		c, err := s.more(']')
-		if err != nil {
-			b.err = err
-			send()
-			return
-		}
-		if c == ']' {
-			s.i++
-			if len(b.raws) > 0 {
-				send()
+			if c == ']' {
+				s.i++
+				return nil
 			}
-			return
-		}
-		s.setLimit(bound)
-		if i > 0 {
-			if c != ',' {
-				b.err = fmt.Errorf("expected ',' or ']' after %s %d, found %q at offset %d", what, i-1, c, s.Offset())
-				send()
-				return
+			s.setLimit(bound)
+			if i > 0 {
+				if c != ',' {
+					return fmt.Errorf("expected ',' or ']' after %s %d, found %q at offset %d", what, i-1, c, s.Offset())
+				}
+				s.i++
 			}
-			s.i++
-		}
-		raw, err := s.value()
-		if err != nil {
-			b.err = fmt.Errorf("%s %d: %w", what, i, err)
-			send()
-			return
-		}
-		b.raws = append(b.raws, bytes.Clone(raw))
-		if size += len(raw); len(b.raws) == elementsPerBatch || size >= elementBatchBytes {
-			if !send() {
-				return
+			raw, err := s.value()
+			if err != nil {
+				return fmt.Errorf("%s %d: %w", what, i, err)
+			}
+			if !send(bytes.Clone(raw), len(raw)) {
+				return nil
 			}
 		}
-	}
+	}, func(raw *[]byte) error {
+		n++
+		return each(n-1, *raw)
+	})
 }

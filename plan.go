@@ -737,69 +737,26 @@ func (s *syncRun) newUpload(p *plan, format int) (*upload, error) {
 
 // eachRow calls fn with every row of rows, scanned by scan, in order, on
 // the caller's goroutine, and closes rows. The rows are stepped and
-// scanned on a goroutine of their own, a batch ahead of fn (bounded by
-// count, and by size as size reckons it): the second core runs SQLite's
-// reading while the first runs fn. fn's first error, or the first
-// error reading the rows (returned through readErr), in the rows' order,
-// ends it. fn may use the rows' connection: database/sql takes its turns.
+// scanned a batch ahead of fn, on a goroutine of their own (see
+// readAhead; size reckons a row's bytes): SQLite's reading on one core,
+// fn on the other. The first error of either, in the rows' order, ends
+// it; an error reading the rows is returned through readErr. fn may use
+// the rows' connection: database/sql takes its turns.
 func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, size func(*T) int, readErr func(error) error, fn func(*T) error) error {
 	defer rows.Close()
-	type batch struct {
-		rows []T
-		err  error
-	}
-	batches := make(chan batch, 2)
-	stop := make(chan struct{})
-	go func() {
-		defer close(batches)
-		var b batch
-		n := 0
-		send := func() bool {
-			select {
-			case batches <- b:
-				b, n = batch{}, 0
-				return true
-			case <-stop:
-				return false
-			}
-		}
+	return readAhead(func(send func(T, int) bool) error {
 		for rows.Next() {
-			b.rows = append(b.rows, *new(T))
-			r := &b.rows[len(b.rows)-1]
-			if err := scan(rows, r); err != nil {
-				b.rows, b.err = b.rows[:len(b.rows)-1], err
-				send()
-				return
+			var r T
+			if err := scan(rows, &r); err != nil {
+				return readErr(err)
 			}
-			if n += size(r); len(b.rows) == rowsPerBatch || n >= rowBatchBytes {
-				if !send() {
-					return
-				}
+			if !send(r, size(&r)) {
+				return nil
 			}
 		}
-		b.err = rows.Err()
-		if len(b.rows) > 0 || b.err != nil {
-			send()
+		if err := rows.Err(); err != nil {
+			return readErr(err)
 		}
-	}()
-	for b := range batches {
-		for i := range b.rows {
-			if err := fn(&b.rows[i]); err != nil {
-				close(stop)
-				for range batches { // wait until the reader lets go of rows
-				}
-				return err
-			}
-		}
-		if b.err != nil {
-			return readErr(b.err)
-		}
-	}
-	return nil
+		return nil
+	}, fn)
 }
-
-// rowsPerBatch and rowBatchBytes bound what eachRow reads ahead.
-const (
-	rowsPerBatch  = 256
-	rowBatchBytes = 256 << 10
-)

@@ -276,3 +276,47 @@ SELECT CASE WHEN i = ?2 THEN 'seven hundred' ELSE i END, CASE WHEN i % 50 = 0 TH
 		t.Fatal(err)
 	}
 }
+
+// TestReadAhead: fn's error stops read at its next send, and readAhead
+// returns only once read has (under -race, reading what read wrote
+// would race otherwise); read's error comes after the items before it.
+func TestReadAhead(t *testing.T) {
+	const n = 10000
+	stop := errors.New("stop")
+	var sent int
+	var returned bool
+	got := 0
+	err := readAhead(func(send func(int, int) bool) error {
+		defer func() { returned = true }()
+		for i := range n {
+			sent++
+			if !send(i, 8) {
+				return nil
+			}
+		}
+		return nil
+	}, func(i *int) error {
+		if *i != got {
+			t.Fatalf("item %d came as %d", got, *i)
+		}
+		if got == 300 {
+			return stop
+		}
+		got++
+		return nil
+	})
+	if err != stop || !returned || sent == n {
+		t.Fatalf("err %v, read returned %v, sent %d of %d", err, returned, sent, n)
+	}
+	readErr := errors.New("read")
+	got = 0
+	err = readAhead(func(send func(int, int) bool) error {
+		for i := range 700 {
+			send(i, 1<<20) // every item fills a batch
+		}
+		return readErr
+	}, func(i *int) error { got++; return nil })
+	if err != readErr || got != 700 {
+		t.Fatalf("err %v after %d items, want the read's error after 700", err, got)
+	}
+}
