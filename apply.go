@@ -229,7 +229,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		case c.base == nil:
 			return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
 		}
-		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch), nil))
+		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
 	}
 	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {
@@ -299,7 +299,7 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		return s.writeRow(ctx, t, c.record, st.node)
 	}
 	// The row exists (its content is what was planned): update in place.
-	return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value())), nil))
+	return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(jsonv.Encode(st.node.Value()))))
 }
 
 // clearPending removes, when nothing else wrote during the sync, every

@@ -217,7 +217,7 @@ ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name), from)
 // An ordinary table's row is read by its key, with a statement of the
 // scanner's own: it runs on eachRow's reading goroutine, which shares
 // nothing else with the sync's.
-func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, close func(), err error) {
+func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, done func(), err error) {
 	if !t.ordinary {
 		return func(rows *sql.Rows, r *pendingRow) error {
 			return rows.Scan(&r.id, &r.rawID, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)

@@ -552,13 +552,12 @@ func (t *tableInfo) upsertParsed(ctx context.Context, r runner, id string, p *pa
 	return t.writeOne(ctx, r, id, t.upsertFor(p.cols), p.args...)
 }
 
-// updateRow writes content to a row known to exist; parsed is as for
-// writeParsed.
-func (t *tableInfo) updateRow(ctx context.Context, r runner, id, content string, parsed *parsedRow) error {
+// updateRow writes content to a row known to exist.
+func (t *tableInfo) updateRow(ctx context.Context, r runner, id, content string) error {
 	if !t.ordinary {
 		return t.writeOne(ctx, r, id, t.updateSQL, id, content)
 	}
-	return t.writeParsed(ctx, r, id, content, parsed)
+	return t.writeRow(ctx, r, id, content)
 }
 
 // refusal reports whether a failed row write is the table refusing the
