@@ -6,12 +6,13 @@ package drivesync
 // each, and a second core can do one while the first does the other.
 
 // readAhead calls fn, on the caller's goroutine, with every item read
-// sends, in order, while read runs a batch ahead on a goroutine of its
-// own. A batch holds at most aheadItems items and aheadBytes bytes, as
+// sends, in order, while read runs ahead on a goroutine of its own, by at
+// most four batches (two waiting, one being filled, one fn is taking). A
+// batch holds at most aheadItems items and about aheadBytes bytes, as
 // send's size reckons them: what is read ahead stays small, whatever the
 // items' size. read's error ends the loop once fn has had the items sent
-// before it, and is returned. fn's first error ends it too: send then
-// returns false, and read must return at once. Either way read has
+// before it, and is returned. fn's first error ends it too: read's next
+// send returns false, and read must return at once. Either way read has
 // returned when readAhead does, so whatever it read from is the caller's
 // again.
 func readAhead[T any](read func(send func(item T, size int) bool) error, fn func(*T) error) error {
@@ -25,16 +26,27 @@ func readAhead[T any](read func(send func(item T, size int) bool) error, fn func
 		defer close(batches)
 		var b batch
 		n := 0
+		stopped := func() bool {
+			select {
+			case <-stop:
+				return true
+			default:
+				return false
+			}
+		}
 		flush := func() bool {
 			select {
 			case batches <- b:
 				b, n = batch{}, 0
-				return true
+				return !stopped() // fn may have failed while this waited
 			case <-stop:
 				return false
 			}
 		}
 		send := func(item T, size int) bool {
+			if stopped() {
+				return false
+			}
 			b.items = append(b.items, item)
 			if n += size; len(b.items) < aheadItems && n < aheadBytes {
 				return true

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The decoders and the spool read ahead on a goroutine of their own (see
@@ -318,5 +321,43 @@ func TestReadAhead(t *testing.T) {
 	}, func(i *int) error { got++; return nil })
 	if err != readErr || got != 700 {
 		t.Fatalf("err %v after %d items, want the read's error after 700", err, got)
+	}
+}
+
+// TestReadAheadStopsRead: once fn fails, read's next send says stop,
+// whether read is filling a batch or waiting to hand one over.
+func TestReadAheadStopsRead(t *testing.T) {
+	for _, waiting := range []bool{false, true} {
+		for range 10 {
+			var sent, failedAt atomic.Int64
+			stop := errors.New("stop")
+			err := readAhead(func(send func(int, int) bool) error {
+				for i := 0; ; i++ {
+					if !waiting && i%10 == 0 {
+						time.Sleep(time.Millisecond) // mid-batch when fn fails
+					}
+					sent.Add(1)
+					if !send(i, 1) {
+						return nil
+					}
+				}
+			}, func(*int) error {
+				if waiting {
+					// read waits with its fourth batch full: two wait in
+					// the channel, fn has the first.
+					for sent.Load() < 4*aheadItems {
+						runtime.Gosched()
+					}
+					time.Sleep(time.Millisecond)
+				}
+				failedAt.Store(sent.Load())
+				return stop
+			})
+			// Between fn's failure and stop, read may send the rest of a
+			// burst of 10 (then it sleeps); a batch holds 256.
+			if after := sent.Load() - failedAt.Load(); err != stop || after > 20 {
+				t.Fatalf("waiting %v: err %v; read sent %d items after fn failed", waiting, err, after)
+			}
+		}
 	}
 }
