@@ -359,6 +359,10 @@ func (m *model) extraWrite(rt *rapid.T, d *hdevice, label string, facts bool) {
 		rt.Logf("%s: gens %s = %d", d.name, id, g)
 		return
 	}
+	if rapid.IntRange(0, 7).Draw(rt, label+"factBurst") == 0 {
+		m.factBurst(rt, d, rapid.IntRange(65, 300).Draw(rt, label+"facts"))
+		return
+	}
 	key := factKey{d.name, d.seq}
 	payload := val
 	if k := rapid.IntRange(0, 5).Draw(rt, label+"fact"); k < 3 {
@@ -379,6 +383,32 @@ func (m *model) extraWrite(rt *rapid.T, d *hdevice, label string, facts bool) {
 		count("write: an append-only row")
 		rt.Logf("%s: facts %v = %s", d.name, key, payload)
 	}
+}
+
+// factBurst writes n facts of d's own in one transaction: a sync then
+// reads more rows of one table than one statement looks up (see
+// lookupSQL) and than one batch reads ahead (see readAhead). A row the
+// reading missed would stay unsent, and one it took for another would
+// reach the other devices with another's payload: checkExtra finds both.
+func (m *model) factBurst(rt *rapid.T, d *hdevice, n int) {
+	tx, err := d.db.Begin()
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer tx.Rollback()
+	for range n {
+		d.seq++
+		key, payload := factKey{d.name, d.seq}, fmt.Sprintf("%s#%d", d.name, d.seq)
+		if _, err := tx.Exec(`INSERT INTO facts VALUES (?1, ?2, CAST(?3 AS BLOB))`, key.dev, key.n, payload); err != nil {
+			rt.Fatal(err)
+		}
+		m.extra.facts[key] = map[string]string{d.name: payload}
+	}
+	if err := tx.Commit(); err != nil {
+		rt.Fatal(err)
+	}
+	count("write: a burst of append-only rows")
+	rt.Logf("%s: %d facts, up to %s#%d", d.name, n, d.name, d.seq)
 }
 
 // checkGens checks, after a sync of d that succeeded, that no value of

@@ -84,13 +84,16 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 		if err != nil {
 			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 		}
-		scan, closeScan, err := t.pendingScanner(ctx, s.conn)
+		scan, fill, closeScan, err := t.pendingScanner(ctx, s.conn)
 		if err != nil {
 			rows.Close()
 			return nil, &Error{Op: "read pending", Table: t.name, Err: err}
 		}
 		readErr := func(err error) error { return &Error{Op: "read pending", Table: t.name, Err: err} }
-		err = eachRow(rows, scan, (*pendingRow).size, readErr, func(r *pendingRow) error {
+		err = eachRow(rows, scan, fill, (*pendingRow).size, readErr, func(r *pendingRow) error {
+			if err := r.readRecord(t); err != nil {
+				return readErr(err)
+			}
 			if (r.id == "" || len(r.id) > merge.MaxRecordIDLen || !utf8.ValidString(r.id)) && (r.rowExists || r.synced.Valid) {
 				// Every reader refuses such a change, and with it
 				// the file or batch that holds it: it is not sent.
@@ -213,24 +216,30 @@ ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name), from)
 }
 
 // pendingScanner returns what reads each pending record of rows from
-// pendingSQL into a pendingRow, and what closes it once rows are read.
-// An ordinary table's row is read by its key, with a statement of the
-// scanner's own: it runs on eachRow's reading goroutine, which shares
-// nothing else with the sync's.
-func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, done func(), err error) {
+// pendingSQL into a pendingRow, what completes a run of scanned records
+// (nil when scan reads them whole), and what closes both once rows are
+// read. An ordinary table's rows are read by their keys, up to
+// lookupKeys at a time, with a statement of the scanner's own: fill runs
+// on eachRow's reading goroutine, which shares nothing else with the
+// sync's.
+func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, fill func([]pendingRow) error, done func(), err error) {
 	if !t.ordinary {
 		return func(rows *sql.Rows, r *pendingRow) error {
 			return rows.Scan(&r.id, &r.rawID, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
-		}, func() {}, nil
+		}, nil, func() {}, nil
 	}
-	read, err := conn.PrepareContext(ctx, t.readSQL)
+	n := t.lookupKeys()
+	lookup, err := conn.PrepareContext(ctx, t.lookupSQL(n))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return func(rows *sql.Rows, r *pendingRow) error {
+	scan = func(rows *sql.Rows, r *pendingRow) error {
 		if err := rows.Scan(&r.id, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base); err != nil {
 			return err
 		}
+		// The engine writes an ordinary row's values as they are: the
+		// row is always as it would write it.
+		r.rowCanonical = true
 		if !utf8.ValidString(r.id) {
 			// Its id would not cross a patch file unchanged (JSON
 			// strings hold UTF-8): the app must give the row a valid
@@ -245,21 +254,75 @@ func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan fu
 			r.noKey = true
 			return nil
 		}
-		text, ok, err := t.readKeyBy(func(dest ...any) error { return read.QueryRowContext(ctx, key...).Scan(dest...) })
+		r.key = key
+		return nil
+	}
+	args := make([]any, 0, n*(1+len(t.keys)))
+	vals := make([]any, 1+2*len(t.fields))
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	// read looks up the rows of run, at most n records.
+	read := func(run []pendingRow) error {
+		args = args[:0]
+		for i := range run {
+			if run[i].key != nil {
+				args = append(args, i)
+				args = append(args, run[i].key...)
+			}
+		}
+		if len(args) == 0 {
+			return nil
+		}
+		for len(args) < cap(args) {
+			args = append(args, nil) // no key equals NULL
+		}
+		rows, err := lookup.QueryContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		// The engine writes an ordinary row's values as they are: the
-		// row is always as it would write it.
-		r.rowExists, r.rowCanonical = ok, true
-		r.content = sql.NullString{String: text, Valid: ok}
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return err
+			}
+			i, ok := vals[0].(int64)
+			if !ok || i < 0 || i >= int64(len(run)) {
+				return fmt.Errorf("internal error: a row looked up by key came back as key %v", vals[0])
+			}
+			if r := &run[i]; !r.rowExists { // a key is unique: as readKey, the first row
+				r.rowExists, r.cols = true, slices.Clone(vals[1:])
+			}
+		}
+		return rows.Err()
+	}
+	return scan, func(rs []pendingRow) error {
+		for len(rs) > 0 {
+			run := rs[:min(n, len(rs))]
+			if err := read(run); err != nil {
+				return err
+			}
+			rs = rs[len(run):]
+		}
 		return nil
-	}, func() { read.Close() }, nil
+	}, func() { lookup.Close() }, nil
 }
 
 // size is about how many bytes r holds.
 func (r *pendingRow) size() int {
-	return len(r.id) + len(r.content.String) + len(r.synced.String) + len(r.clock.String) + len(r.base.String)
+	n := len(r.id) + len(r.content.String) + len(r.synced.String) + len(r.clock.String) + len(r.base.String)
+	for _, v := range r.cols {
+		switch v := v.(type) {
+		case []byte:
+			n += len(v)
+		case string:
+			n += len(v)
+		default:
+			n += 8
+		}
+	}
+	return n
 }
 
 // pendingRow is one pending record as pendingSQL reads it.
@@ -282,6 +345,29 @@ type pendingRow struct {
 	// keyErr: a row whose key cannot be sent.
 	noKey  bool
 	keyErr error
+	key    []any // an ordinary table's key, decoded from id
+	// cols are an ordinary table's row as lookupSQL reads it, until
+	// readRecord makes it row and content.
+	cols []any
+	row  *jsonv.Value
+}
+
+// readRecord makes r.cols, an ordinary table's row as read, the record it
+// holds: r.row, and r.content as JSON text. The reading goroutine only
+// reads, so that the plan's two goroutines take about as long.
+func (r *pendingRow) readRecord(t *tableInfo) error {
+	if r.cols == nil {
+		return nil
+	}
+	v, err := t.rowValue(r.cols)
+	if err != nil {
+		return err
+	}
+	r.cols, r.content = nil, sql.NullString{String: string(jsonv.Encode(v)), Valid: true}
+	if t.fieldsUTF8 {
+		r.row = &v // else planRecord parses the text, as every record's
+	}
+	return nil
 }
 
 // shown returns what the record's row showed before the app's pending
@@ -472,8 +558,10 @@ func (s *syncRun) planRecord(ctx context.Context, t *tableInfo, p pendingRow, re
 	case !rowExists:
 		c.deleted, c.patch = true, []byte("{}")
 	default:
-		cur, err := jsonv.ParseObject([]byte(content.String), jsonv.Options{})
-		if err != nil {
+		var cur jsonv.Value
+		if p.row != nil {
+			cur = *p.row // an ordinary row, read as its record
+		} else if cur, err = jsonv.ParseObject([]byte(content.String), jsonv.Options{}); err != nil {
 			s.skipRecord(t.name, id, fmt.Errorf("content is not a JSON object: %w", err))
 			return c, true, nil
 		}
@@ -739,20 +827,47 @@ func (s *syncRun) newUpload(p *plan, format int) (*upload, error) {
 // the caller's goroutine, and closes rows. The rows are stepped and
 // scanned a batch ahead of fn, on a goroutine of their own (see
 // readAhead; size reckons a row's bytes): SQLite's reading on one core,
-// fn on the other. The first error of either, in the rows' order, ends
-// it; an error reading the rows is returned through readErr. fn may use
-// the rows' connection: database/sql takes its turns.
-func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, size func(*T) int, readErr func(error) error, fn func(*T) error) error {
+// fn on the other. fill, if not nil, completes the rows scanned, up to
+// fillRows at a time, on that goroutine too. The first error of either,
+// in the rows' order, ends it; an error reading the rows is returned
+// through readErr. fn may use the rows' connection: database/sql takes
+// its turns.
+func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, fill func([]T) error, size func(*T) int, readErr func(error) error, fn func(*T) error) error {
 	defer rows.Close()
 	return readAhead(func(send func(T, int) bool) error {
+		var run []T
+		// flush fills the rows scanned and sends them; false: the loop
+		// ends, with err.
+		flush := func() (ok bool, err error) {
+			if fill != nil && len(run) > 0 {
+				if err := fill(run); err != nil {
+					return false, readErr(err)
+				}
+			}
+			for i := range run {
+				if !send(run[i], size(&run[i])) {
+					return false, nil
+				}
+			}
+			run = run[:0]
+			return true, nil
+		}
 		for rows.Next() {
 			var r T
 			if err := scan(rows, &r); err != nil {
+				if ok, err := flush(); !ok {
+					return err
+				}
 				return readErr(err)
 			}
-			if !send(r, size(&r)) {
-				return nil
+			if run = append(run, r); fill == nil || len(run) == fillRows {
+				if ok, err := flush(); !ok {
+					return err
+				}
 			}
+		}
+		if ok, err := flush(); !ok {
+			return err
 		}
 		if err := rows.Err(); err != nil {
 			return readErr(err)
@@ -760,3 +875,6 @@ func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, size func(*T
 		return nil
 	}, fn)
 }
+
+// fillRows is how many rows eachRow has its fill complete at once.
+const fillRows = 64

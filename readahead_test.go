@@ -246,7 +246,7 @@ SELECT CASE WHEN i = ?2 THEN 'seven hundred' ELSE i END, CASE WHEN i % 50 = 0 TH
 	// Up to the bad row, fn sees each row in order and queries the
 	// same connection.
 	seen := 0
-	err = eachRow(query(), scan, size, readErr, func(r *row) error {
+	err = eachRow(query(), scan, nil, size, readErr, func(r *row) error {
 		if r.i != seen {
 			t.Fatalf("row %d came as %d", seen, r.i)
 		}
@@ -263,7 +263,7 @@ SELECT CASE WHEN i = ?2 THEN 'seven hundred' ELSE i END, CASE WHEN i % 50 = 0 TH
 	stop := errors.New("stop")
 	for _, at := range []int{0, 255, 256, 699} {
 		seen = 0
-		err := eachRow(query(), scan, size, readErr, func(r *row) error {
+		err := eachRow(query(), scan, nil, size, readErr, func(r *row) error {
 			if seen == at {
 				return stop
 			}

@@ -707,10 +707,40 @@ func (t *tableInfo) ordinarySQL() {
 	t.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
 	t.existsSQL = fmt.Sprintf("SELECT 1 FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
 	t.fieldSet = map[string]bool{}
+	t.fieldsUTF8 = true
 	for _, f := range t.fields {
 		t.fieldSet[f] = true
+		t.fieldsUTF8 = t.fieldsUTF8 && utf8.ValidString(f)
 	}
 	t.upserts = map[string]string{}
+}
+
+// lookupKeys is how many keys lookupSQL reads the rows of: up to 64,
+// and fewer than the 999 parameters that older builds of SQLite allow.
+func (t *tableInfo) lookupKeys() int {
+	return max(1, min(fillRows, 999/(1+len(t.keys))))
+}
+
+// lookupSQL reads the rows of n keys at once, for a sync that reads many
+// (one statement per row costs more than SQLite's lookup). Each key is
+// 1+len(keys) parameters: its index, then its columns as decodeKey gives
+// them, compared as readSQL compares them; fewer keys pad with NULLs,
+// which no key equals. Each row found comes as its key's index, then the
+// pairs rowValue takes.
+func (t *tableInfo) lookupSQL(n int) string {
+	tuple := "(?" + strings.Repeat(", ?", len(t.keys)) + ")"
+	on := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		on[i] = fmt.Sprintf("c.%s = v.column%d", quoteIdent(k), i+2)
+	}
+	sel := []string{"v.column1"}
+	for _, f := range t.fields {
+		sel = append(sel, typedValue("c."+quoteIdent(f)))
+	}
+	// CROSS JOIN: SQLite loops over the keys and looks each one up in
+	// the table, whatever its statistics say.
+	return fmt.Sprintf("SELECT %s FROM (VALUES %s%s) AS v CROSS JOIN %s AS c ON %s", strings.Join(sel, ", "),
+		tuple, strings.Repeat(", "+tuple, n-1), quoteIdent(t.name), strings.Join(on, " AND "))
 }
 
 // selectFields selects, from the row named r, 1 and then the type and
