@@ -85,3 +85,57 @@ CREATE TABLE wide (` + strings.Join(cols, ", ") + `, v TEXT, PRIMARY KEY (` + st
 		t.Fatalf("b holds %d rows of wide, want 100", got)
 	}
 }
+
+// TestPendingInRecordOrder: the plan reads the pending records of the set
+// and the log together, each once, in record order, though pendingSQL
+// leaves the order to its source (see pendingSQL), for a document table
+// and an ordinary one.
+func TestPendingInRecordOrder(t *testing.T) {
+	schema := notesSchema + `;
+CREATE TABLE kv (k, v, PRIMARY KEY (k)) WITHOUT ROWID;`
+	d := rowsDevice(t, "dev-a", NewMemoryRemote(), schema, Table{Name: "notes"}, Table{Name: "kv"})
+	// Written in an order of their own, several times each; some
+	// marked in the set as well as the log.
+	const n = 500
+	for round := range 2 {
+		for i := range n {
+			j := (i * 7919) % n
+			d.exec(`INSERT INTO notes (id, content) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET content = excluded.content`, fmt.Sprintf("n%04d", j), fmt.Sprintf(`{"r":%d}`, round))
+			d.exec(`INSERT INTO kv VALUES (?1, ?2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, []any{j, fmt.Sprint("t", j)}[j%2], round)
+		}
+	}
+	d.exec(`INSERT INTO sync_pending_changes SELECT DISTINCT table_name, record_id FROM sync_pending_log WHERE rowid % 3 = 0`)
+	d.exec(`INSERT INTO sync_pending_changes VALUES ('notes', 'gone'), ('kv', '''gone''')`)
+	for _, name := range []string{"notes", "kv"} {
+		ti := d.eng.tables[name]
+		rows, err := d.db.Query(ti.pendingSQL(pendingUnion), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			vals := make([]any, 0)
+			cols, _ := rows.Columns()
+			for range cols[1:] {
+				vals = append(vals, new(any))
+			}
+			if err := rows.Scan(append([]any{&id}, vals...)...); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if len(ids) != n+1 {
+			t.Fatalf("%s: %d pending records read, want %d", name, len(ids), n+1)
+		}
+		for i := 1; i < len(ids); i++ {
+			if ids[i-1] >= ids[i] {
+				t.Fatalf("%s: record %q read after %q: not in record order", name, ids[i], ids[i-1])
+			}
+		}
+	}
+}

@@ -24,8 +24,8 @@ import (
 // and at its end.
 
 // pendingUnion is the set of pending records, as a subquery of
-// (table_name, record_id), for readers that do not fold.
-const pendingUnion = `(SELECT table_name, record_id FROM sync_pending_changes UNION SELECT table_name, record_id FROM sync_pending_log)`
+// (table_name, record_id) in that order, for readers that do not fold.
+const pendingUnion = `(SELECT table_name, record_id FROM sync_pending_changes UNION SELECT table_name, record_id FROM sync_pending_log ORDER BY table_name, record_id)`
 
 // foldPending moves the marks of sync_pending_log into
 // sync_pending_changes, in the set's order. q must hold the write lock.

@@ -181,7 +181,12 @@ func (s *syncRun) pendingSource(ctx context.Context, f *fetched) (string, error)
 // pendingSource) with its current content (JSON text, or NULL for a
 // deleted row or invalid JSON), whether the row already holds content and
 // projections exactly as the engine writes them (then a sync need not
-// rewrite it), and its synced state.
+// rewrite it), and its synced state. The records come in from's order,
+// by record id, as SQLite steps through it: an ORDER BY here would have
+// SQLite read and sort every record before the first one, leaving the
+// reading goroutine of eachRow nothing to do. Nothing depends on that
+// order but speed (the commit then writes sync_states in key order);
+// TestPendingInRecordOrder checks that SQLite keeps it.
 func (t *tableInfo) pendingSQL(from string) string {
 	if t.ordinary {
 		return `SELECT p.record_id, s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
@@ -189,8 +194,7 @@ func (t *tableInfo) pendingSQL(from string) string {
 FROM ` + from + ` p
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
 LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
-WHERE p.table_name = ?1
-ORDER BY p.record_id`
+WHERE p.table_name = ?1`
 	}
 	contentOK := "json_valid(c.content, 6)"
 	canonical := "typeof(c.content) = 'text'"
@@ -211,8 +215,7 @@ FROM %[4]s p
 LEFT JOIN %[3]s c ON c.id = p.record_id
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
 LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
-WHERE p.table_name = ?1
-ORDER BY p.record_id`, contentOK, canonical, quoteIdent(t.name), from)
+WHERE p.table_name = ?1`, contentOK, canonical, quoteIdent(t.name), from)
 }
 
 // pendingScanner returns what reads each pending record of rows from
