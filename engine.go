@@ -446,7 +446,7 @@ WHERE CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT json(c.content)
 	deleted := fmt.Sprintf(`INSERT OR IGNORE INTO sync_pending_changes (table_name, record_id)
 SELECT ?1, s.record_id FROM sync_states s
 LEFT JOIN sync_unwritten u ON u.table_name = ?1 AND u.record_id = s.record_id
-WHERE s.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)
+WHERE s.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id COLLATE BINARY)
 	AND CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT NULL ELSE NOT s.is_deleted END`, tbl)
 	_, err := q.ExecContext(ctx, deleted, t.name)
 	return err
@@ -485,7 +485,7 @@ func adoptTable(ctx context.Context, q querier, t *tableInfo) error {
 			return err
 		}
 		insert := fmt.Sprintf(`INSERT OR IGNORE INTO %s (%s) SELECT %s FROM sync_states s
-WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`,
+WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id COLLATE BINARY)`,
 			tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), tbl)
 		_, err := q.ExecContext(ctx, insert, t.name)
 		if ok, rerr := refused(ctx, q, err); rerr != nil {
@@ -500,7 +500,7 @@ WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WH
 		}
 		if err == nil {
 			refused := fmt.Sprintf(`INSERT OR IGNORE INTO sync_unwritten (table_name, record_id) SELECT ?1, s.record_id FROM sync_states s
-WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id)`, tbl)
+WHERE s.table_name = ?1 AND s.is_deleted = 0 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id COLLATE BINARY)`, tbl)
 			_, err := q.ExecContext(ctx, refused, t.name)
 			return err
 		}

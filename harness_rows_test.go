@@ -42,11 +42,12 @@ const checkedStrictOrdinaryNotesSchema = `CREATE TABLE IF NOT EXISTS notes (
 ) STRICT`
 
 // ordinaryKeys are the keys of the harness's records in an ordinary
-// table: text, a BLOB with a NUL byte, a quote in the text, a negative
-// number, and TEXT in the INTEGER column that its affinity keeps as TEXT.
+// table: text, the same text in another case, a BLOB with a NUL byte, a
+// quote in the text, a negative number, and TEXT in the INTEGER column
+// that its affinity keeps as TEXT.
 var ordinaryKeys = map[string][]any{
 	"r0": {"r", int64(0)},
-	"r1": {"r", int64(1)},
+	"r1": {"R", int64(0)}, // r0's key in another case
 	"r2": {[]byte("r\x00"), "0x2"},
 	"r3": {"it's", int64(-3)},
 }
@@ -55,6 +56,16 @@ var ordinaryKeys = map[string][]any{
 var pathColumns = map[string]string{"a": "a", "b": "b", "n.x": "n_x", "n.y": "n_y", "deleted_at": "deleted_at"}
 
 func (w *world) notesSchema(dev string) string {
+	schema := w.shapeSchema(dev)
+	if w.nocase {
+		schema = strings.NewReplacer("grp TEXT NOT NULL", "grp TEXT COLLATE NOCASE NOT NULL", "grp ANY NOT NULL", "grp ANY COLLATE NOCASE NOT NULL",
+			"PRIMARY KEY (grp, num)", "PRIMARY KEY (grp COLLATE BINARY, num)").Replace(schema)
+	}
+	return schema
+}
+
+// shapeSchema is notesSchema before w.nocase.
+func (w *world) shapeSchema(dev string) string {
 	switch {
 	case w.ordinary && w.checked && dev == "dev-0":
 		return checkedStrictOrdinaryNotesSchema
@@ -102,7 +113,7 @@ func (w *world) keyOf(alias string) string {
 func (w *world) where(id string) (string, []any) {
 	if w.ordinary {
 		k := ordinaryKeys[id]
-		return "grp = ? AND num = ?", []any{k[0], k[1]}
+		return "grp = ? COLLATE BINARY AND num = ?", []any{k[0], k[1]}
 	}
 	return "id = ?", []any{id}
 }

@@ -306,6 +306,10 @@ type world struct {
 	limits    Limits        // every device's Config.Limits: the store's
 	strict    bool          // notes is strictNotesSchema
 	ordinary  bool          // notes is an ordinary table (see notesSchema)
+	// nocase: the ordinary notes' key column grp is declared COLLATE
+	// NOCASE, its key index BINARY: the records r0 and r1, whose keys
+	// differ only in case, are two rows.
+	nocase bool
 	// gens[device][id]: the value of gens id that device showed after its
 	// last sync that succeeded (see checkGens).
 	gens map[string]map[string]int64
@@ -1439,6 +1443,9 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 	}
 	if w.ordinary = rapid.IntRange(0, 2).Draw(rt, "ordinary") == 0; w.ordinary {
 		count("schedules with an ordinary table (composite key, BLOBs, NULLs)")
+		if w.nocase = rapid.Bool().Draw(rt, "nocase"); w.nocase {
+			count("schedules whose ordinary key column is declared COLLATE NOCASE")
+		}
 	}
 	if w.strict = rapid.IntRange(0, 2).Draw(rt, "strict") == 0; w.strict {
 		count("schedules with a strict table, NOT NULL projections")

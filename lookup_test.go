@@ -1,6 +1,8 @@
 package drivesync
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -137,5 +139,34 @@ CREATE TABLE kv (k, v, PRIMARY KEY (k)) WITHOUT ROWID;`
 				t.Fatalf("%s: record %q read after %q: not in record order", name, ids[i], ids[i-1])
 			}
 		}
+	}
+}
+
+// TestEachRowFillMustEmitAll: a fill that leaves a row of its run out
+// fails the loop: fn never seeing a pending record would clear its mark
+// unsent.
+func TestEachRowFillMustEmitAll(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote())
+	ctx := context.Background()
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rows, err := conn.QueryContext(ctx, `WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 99) SELECT i FROM k`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	err = eachRow(rows, func(rows *sql.Rows, i *int) error { return rows.Scan(i) }, func(run []int, emit func(*int) bool) error {
+		for i := range run {
+			if run[i] != 70 && !emit(&run[i]) {
+				return nil
+			}
+		}
+		return nil
+	}, func(*int) int { return 8 }, func(err error) error { return err }, func(i *int) error { seen++; return nil })
+	if err == nil || !strings.Contains(err.Error(), "35 of 36 rows") {
+		t.Fatalf("a fill leaving row 70 out: err %v after %d rows", err, seen)
 	}
 }

@@ -212,7 +212,7 @@ WHERE p.table_name = ?1`
 	s.record_data, s.clock, coalesce(s.is_deleted, 0), coalesce(s.sync_version, 0), coalesce(s.device_id, ''),
 	u.record_id IS NOT NULL, u.base
 FROM %[4]s p
-LEFT JOIN %[3]s c ON c.id = p.record_id
+LEFT JOIN %[3]s c ON c.id = p.record_id COLLATE BINARY
 LEFT JOIN sync_states s ON s.table_name = p.table_name AND s.record_id = p.record_id
 LEFT JOIN sync_unwritten u ON u.table_name = p.table_name AND u.record_id = p.record_id
 WHERE p.table_name = ?1`, contentOK, canonical, quoteIdent(t.name), from)
@@ -225,7 +225,7 @@ WHERE p.table_name = ?1`, contentOK, canonical, quoteIdent(t.name), from)
 // lookupKeys at a time, with a statement of the scanner's own: fill runs
 // on eachRow's reading goroutine, which shares nothing else with the
 // sync's.
-func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, fill func([]pendingRow) error, done func(), err error) {
+func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan func(*sql.Rows, *pendingRow) error, fill func([]pendingRow, func(*pendingRow) bool) error, done func(), err error) {
 	if !t.ordinary {
 		return func(rows *sql.Rows, r *pendingRow) error {
 			return rows.Scan(&r.id, &r.rawID, &r.rowExists, &r.content, &r.rowCanonical, &r.synced, &r.clock, &r.syncedDeleted, &r.syncedNewest.Version, &r.syncedNewest.Device, &r.refused, &r.base)
@@ -266,8 +266,22 @@ func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan fu
 	for i := range vals {
 		dest[i] = &vals[i]
 	}
-	// read looks up the rows of run, at most n records.
-	read := func(run []pendingRow) error {
+	// read looks up the rows of run, at most n records, and emits each
+	// record as soon as its row is read: the CROSS JOIN returns the rows
+	// in the keys' order, so a key passed over has no row. A row out of
+	// that order fails the sync (a record emitted as having no row would
+	// be sent as deleted); it is never taken for the want of one.
+	read := func(run []pendingRow, emit func(*pendingRow) bool) (bool, error) {
+		next := 0 // the first record of run not emitted yet
+		upTo := func(end int) bool {
+			for ; next < end; next++ {
+				if !emit(&run[next]) {
+					return false
+				}
+				run[next].cols = nil // emit took it: the run holds one row at most
+			}
+			return true
+		}
 		args = args[:0]
 		for i := range run {
 			if run[i].key != nil {
@@ -276,34 +290,44 @@ func (t *tableInfo) pendingScanner(ctx context.Context, conn *sql.Conn) (scan fu
 			}
 		}
 		if len(args) == 0 {
-			return nil
+			return upTo(len(run)), nil
 		}
 		for len(args) < cap(args) {
 			args = append(args, nil) // no key equals NULL
 		}
 		rows, err := lookup.QueryContext(ctx, args...)
 		if err != nil {
-			return err
+			return false, err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			if err := rows.Scan(dest...); err != nil {
-				return err
+				return false, err
 			}
 			i, ok := vals[0].(int64)
-			if !ok || i < 0 || i >= int64(len(run)) {
-				return fmt.Errorf("internal error: a row looked up by key came back as key %v", vals[0])
+			switch {
+			case !ok || i < 0 || i >= int64(len(run)) || int(i) < next-1:
+				return false, fmt.Errorf("internal error: a row looked up by key came back as key %v, after key %d", vals[0], next-1)
+			case int(i) == next-1:
+				continue // a key is unique: as readKey, the first row
 			}
-			if r := &run[i]; !r.rowExists { // a key is unique: as readKey, the first row
-				r.rowExists, r.cols = true, slices.Clone(vals[1:])
+			if !upTo(int(i)) {
+				return false, nil
+			}
+			run[i].rowExists, run[i].cols = true, slices.Clone(vals[1:])
+			if !upTo(int(i) + 1) {
+				return false, nil
 			}
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return false, err
+		}
+		return upTo(len(run)), nil
 	}
-	return scan, func(rs []pendingRow) error {
+	return scan, func(rs []pendingRow, emit func(*pendingRow) bool) error {
 		for len(rs) > 0 {
 			run := rs[:min(n, len(rs))]
-			if err := read(run); err != nil {
+			if ok, err := read(run, emit); !ok {
 				return err
 			}
 			rs = rs[len(run):]
@@ -830,30 +854,44 @@ func (s *syncRun) newUpload(p *plan, format int) (*upload, error) {
 // the caller's goroutine, and closes rows. The rows are stepped and
 // scanned a batch ahead of fn, on a goroutine of their own (see
 // readAhead; size reckons a row's bytes): SQLite's reading on one core,
-// fn on the other. fill, if not nil, completes the rows scanned, up to
-// fillRows at a time, on that goroutine too. The first error of either,
-// in the rows' order, ends it; an error reading the rows is returned
-// through readErr. fn may use the rows' connection: database/sql takes
-// its turns.
-func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, fill func([]T) error, size func(*T) int, readErr func(error) error, fn func(*T) error) error {
+// fn on the other. fill, if not nil, completes a run of rows scanned (up
+// to fillRows of them, and about aheadBytes) on that goroutine too: it
+// must emit every row of the run, in order, as soon as it is complete,
+// unless emit returns false, when it must return at once. The first
+// error of either, in the rows' order, ends it; an error reading the
+// rows is returned through readErr. fn may use the rows' connection:
+// database/sql takes its turns.
+func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, fill func([]T, func(*T) bool) error, size func(*T) int, readErr func(error) error, fn func(*T) error) error {
 	defer rows.Close()
 	return readAhead(func(send func(T, int) bool) error {
 		var run []T
-		// flush fills the rows scanned and sends them; false: the loop
-		// ends, with err.
+		runBytes := 0
+		// flush completes the rows scanned and sends them; false: the
+		// loop ends, with err.
 		flush := func() (ok bool, err error) {
-			if fill != nil && len(run) > 0 {
-				if err := fill(run); err != nil {
-					return false, readErr(err)
+			emitted, stopped := 0, false
+			emit := func(r *T) bool {
+				if stopped = stopped || !send(*r, size(r)); !stopped {
+					emitted++
 				}
+				return !stopped
 			}
-			for i := range run {
-				if !send(run[i], size(&run[i])) {
-					return false, nil
+			if fill == nil {
+				for i := range run {
+					if !emit(&run[i]) {
+						break
+					}
 				}
+			} else if err := fill(run, emit); err != nil {
+				return false, readErr(err)
 			}
-			run = run[:0]
-			return true, nil
+			if !stopped && emitted != len(run) {
+				// A row fn never saw would lose its pending mark.
+				return false, readErr(fmt.Errorf("internal error: %d of %d rows read", emitted, len(run)))
+			}
+			clear(run)
+			run, runBytes = run[:0], 0
+			return !stopped, nil
 		}
 		for rows.Next() {
 			var r T
@@ -863,7 +901,8 @@ func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, fill func([]
 				}
 				return readErr(err)
 			}
-			if run = append(run, r); fill == nil || len(run) == fillRows {
+			run, runBytes = append(run, r), runBytes+size(&r)
+			if fill == nil || len(run) == fillRows || runBytes >= aheadBytes {
 				if ok, err := flush(); !ok {
 					return err
 				}
@@ -879,5 +918,6 @@ func eachRow[T any](rows *sql.Rows, scan func(*sql.Rows, *T) error, fill func([]
 	}, fn)
 }
 
-// fillRows is how many rows eachRow has its fill complete at once.
+// fillRows is how many rows eachRow has its fill complete at most at
+// once.
 const fillRows = 64

@@ -696,12 +696,16 @@ func (t *tableInfo) isDefault(m jsonv.Member) bool {
 	return ok && jsonv.Equal(d, m.Value)
 }
 
-// ordinarySQL builds the statements of an ordinary table.
+// ordinarySQL builds the statements of an ordinary table. A key is
+// compared as its PRIMARY KEY index compares it, BINARY (see
+// registration), whatever collation its column declares: 'a' and 'A'
+// are then two rows and two records, in a column declared COLLATE NOCASE
+// too.
 func (t *tableInfo) ordinarySQL() {
 	tbl := quoteIdent(t.name)
 	where := make([]string, len(t.keys))
 	for i, k := range t.keys {
-		where[i] = fmt.Sprintf("%s = ?%d", quoteIdent(k), i+1)
+		where[i] = fmt.Sprintf("%s = ?%d%s", quoteIdent(k), i+1, t.binary())
 	}
 	t.readSQL = fmt.Sprintf("SELECT %s FROM %s c WHERE %s", t.selectFields("c"), tbl, strings.Join(where, " AND "))
 	t.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
@@ -713,6 +717,16 @@ func (t *tableInfo) ordinarySQL() {
 		t.fieldsUTF8 = t.fieldsUTF8 && utf8.ValidString(f)
 	}
 	t.upserts = map[string]string{}
+}
+
+// binary is the collation the engine compares a key column by, BINARY
+// (see ordinarySQL), or none for the rowid, which has no collation (nor
+// an index an upsert's ON CONFLICT could name with one).
+func (t *tableInfo) binary() string {
+	if t.rowidKey {
+		return ""
+	}
+	return " COLLATE BINARY"
 }
 
 // lookupKeys is how many keys lookupSQL reads the rows of: up to 64,
@@ -731,7 +745,7 @@ func (t *tableInfo) lookupSQL(n int) string {
 	tuple := "(?" + strings.Repeat(", ?", len(t.keys)) + ")"
 	on := make([]string, len(t.keys))
 	for i, k := range t.keys {
-		on[i] = fmt.Sprintf("c.%s = v.column%d", quoteIdent(k), i+2)
+		on[i] = fmt.Sprintf("c.%s = v.column%d%s", quoteIdent(k), i+2, t.binary())
 	}
 	sel := []string{"v.column1"}
 	for _, f := range t.fields {
@@ -785,7 +799,7 @@ func (t *tableInfo) upsertFor(cols []string) string {
 	}
 	keys := make([]string, len(t.keys))
 	for i, k := range t.keys {
-		keys[i] = quoteIdent(k)
+		keys[i] = quoteIdent(k) + t.binary()
 	}
 	action := "NOTHING"
 	if len(cols) > 0 {

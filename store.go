@@ -277,10 +277,30 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 	if overridesConflicts(def.String) {
 		orAbort = "OR ABORT "
 	}
+	if err := binaryKey(ctx, q, t.Name); err != nil {
+		return nil, err
+	}
 	if haveContent {
 		return documentTable(t, cols, orAbort)
 	}
 	return ordinaryTable(ctx, q, t, cols, orAbort)
+}
+
+// binaryKey checks that table's PRIMARY KEY index compares its keys by
+// the BINARY collation: a key compared by another ('Red' and 'red' under
+// NOCASE) would be two records of one row. The engine compares keys by
+// BINARY whatever collation their columns declare (see ordinarySQL).
+func binaryKey(ctx context.Context, q querier, table string) error {
+	var col, coll string
+	err := q.QueryRowContext(ctx, `SELECT x.name, x.coll FROM pragma_index_list(?1) l, pragma_index_xinfo(l.name) x
+WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY'`, table).Scan(&col, &coll)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("drivesync: inspect table %s: %w", table, err)
+	}
+	return fmt.Errorf("drivesync: table %s: key column %s compares with COLLATE %s: keys that differ only as %s ignores ('Red', 'red') would be two records of one row; give the key column the default BINARY collation (and store the key as the app wants it compared, such as lower(name))", table, col, coll, coll)
 }
 
 // deferredKeys returns a table, table itself or one whose foreign keys
@@ -493,25 +513,6 @@ func ordinaryTable(ctx context.Context, q querier, t Table, cols []column, orAbo
 		}
 		ti.keys = append(ti.keys, k.name)
 	}
-	// A key compared by another collation than BINARY ('Red' and 'red'
-	// under NOCASE) would be two records of one row.
-	rows, err := q.QueryContext(ctx, `SELECT x.name, x.coll FROM pragma_index_list(?1) l, pragma_index_xinfo(l.name) x
-WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY'`, t.Name)
-	if err != nil {
-		return nil, fmt.Errorf("drivesync: inspect table %s: %w", t.Name, err)
-	}
-	defer rows.Close()
-	if rows.Next() {
-		var col, coll string
-		if err := rows.Scan(&col, &coll); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("drivesync: table %s: key column %s compares with COLLATE %s: keys that differ only as %s ignores ('Red', 'red') would be two records of one row; give the key column the default BINARY collation (and store the key as the app wants it compared, such as lower(name))", t.Name, col, coll, coll)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows.Close()
 	ti.rowidKey = len(keys) == 1 && strings.EqualFold(keys[0].typ, "INTEGER") && !withoutRowid
 	if ti.rowidKey && !t.UniqueIntegerKey {
 		return nil, fmt.Errorf("drivesync: table %s: %s INTEGER PRIMARY KEY is SQLite's rowid, numbered 1, 2, 3… on each device, so two devices would create different records under one key: use a TEXT key of UUIDs, or a composite key such as (uuid, gen); if the app itself assigns integers unique across devices, set Table.UniqueIntegerKey", t.Name, keys[0].name)
@@ -568,17 +569,17 @@ func (ti *tableInfo) buildSQL() {
 		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
 	}
 	// OR ABORT where needed: see upsertFor.
-	ti.upsertSQL = fmt.Sprintf("INSERT %sINTO %s (%s) VALUES (%s) ON CONFLICT (id) DO UPDATE SET %s",
+	ti.upsertSQL = fmt.Sprintf("INSERT %sINTO %s (%s) VALUES (%s) ON CONFLICT (id COLLATE BINARY) DO UPDATE SET %s",
 		ti.orAbort, tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
 	assign := make([]string, 0, len(cols)-1)
 	for i := 1; i < len(cols); i++ {
 		assign = append(assign, cols[i]+" = "+vals[i])
 	}
-	ti.updateSQL = fmt.Sprintf("UPDATE %s%s SET %s WHERE id = ?1", ti.orAbort, tbl, strings.Join(assign, ", "))
-	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1", tbl)
-	ti.existsSQL = fmt.Sprintf("SELECT 1 FROM %s WHERE id = ?1", tbl)
-	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1", tbl)
-	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1", tbl)
+	ti.updateSQL = fmt.Sprintf("UPDATE %s%s SET %s WHERE id = ?1 COLLATE BINARY", ti.orAbort, tbl, strings.Join(assign, ", "))
+	ti.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE id = ?1 COLLATE BINARY", tbl)
+	ti.existsSQL = fmt.Sprintf("SELECT 1 FROM %s WHERE id = ?1 COLLATE BINARY", tbl)
+	ti.readSQL = fmt.Sprintf("SELECT json(content) FROM %s WHERE id = ?1 COLLATE BINARY", tbl)
+	ti.sameSQL = fmt.Sprintf("SELECT content = jsonb(?2) FROM %s WHERE id = ?1 COLLATE BINARY", tbl)
 }
 
 // fileMoved reports whether the database file is another than the one

@@ -50,7 +50,7 @@ func triggerSQL(t *tableInfo) map[string]string {
 		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s END", quoteIdent(name("delete")), tbl, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
-		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id COLLATE BINARY BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
 	}
 }
 
@@ -72,7 +72,9 @@ func ordinaryTriggers(t *tableInfo, mark func(string) string, name func(string) 
 		// A key is another record's when its type changes too: in a
 		// column without affinity the INTEGER 1 and the REAL 1.0 are
 		// equal, and 1.0 is no key at all.
-		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s OR typeof(OLD.%[1]s) <> typeof(NEW.%[1]s)", quoteIdent(k))
+		// 'a' and 'A' are two keys under a column's COLLATE NOCASE too
+		// (see ordinarySQL).
+		moved[i] = fmt.Sprintf("OLD.%[1]s IS NOT NEW.%[1]s COLLATE BINARY OR typeof(OLD.%[1]s) <> typeof(NEW.%[1]s)", quoteIdent(k))
 	}
 	if t.rowidKey {
 		// The rowid's other names set the key too.
