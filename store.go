@@ -287,13 +287,13 @@ func inspectTable(ctx context.Context, q querier, t Table) (*tableInfo, error) {
 }
 
 // binaryKey checks that table's PRIMARY KEY index compares its keys by
-// the BINARY collation: a key compared by another ('Red' and 'red' under
+// the BINARY collation (a name SQLite takes in any case): a key compared by another ('Red' and 'red' under
 // NOCASE) would be two records of one row. The engine compares keys by
 // BINARY whatever collation their columns declare (see ordinarySQL).
 func binaryKey(ctx context.Context, q querier, table string) error {
 	var col, coll string
 	err := q.QueryRowContext(ctx, `SELECT x.name, x.coll FROM pragma_index_list(?1) l, pragma_index_xinfo(l.name) x
-WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY'`, table).Scan(&col, &coll)
+WHERE l.origin = 'pk' AND x.key = 1 AND x.coll <> 'BINARY' COLLATE NOCASE`, table).Scan(&col, &coll)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
