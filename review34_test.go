@@ -137,7 +137,9 @@ CREATE TABLE notes (id TEXT COLLATE NOCASE, content TEXT NOT NULL, PRIMARY KEY (
 		`SELECT id, v FROM ids ORDER BY id`,
 		`SELECT id, content FROM notes ORDER BY id COLLATE BINARY`,
 	}
-	sent := func(q string) string { return strings.Replace(q, "FROM tags", "FROM tags WHERE CAST(k AS BLOB) != X'FF70'", 1) }
+	sent := func(q string) string {
+		return strings.Replace(q, "FROM tags", "FROM tags WHERE CAST(k AS BLOB) != X'FF70'", 1)
+	}
 	check := func(round string) {
 		t.Helper()
 		for range 3 {
