@@ -59,7 +59,7 @@ func (w *world) notesSchema(dev string) string {
 	schema := w.shapeSchema(dev)
 	if w.nocase {
 		schema = strings.NewReplacer("grp TEXT NOT NULL", "grp TEXT COLLATE NOCASE NOT NULL", "grp ANY NOT NULL", "grp ANY COLLATE NOCASE NOT NULL",
-			"PRIMARY KEY (grp, num)", "PRIMARY KEY (grp COLLATE BINARY, num)").Replace(schema)
+			"PRIMARY KEY (grp, num)", "PRIMARY KEY (grp COLLATE binary, num)").Replace(schema)
 	}
 	return schema
 }
