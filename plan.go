@@ -390,10 +390,9 @@ func (r *pendingRow) readRecord(t *tableInfo) error {
 	if err != nil {
 		return err
 	}
-	r.cols, r.content = nil, sql.NullString{String: string(jsonv.Encode(v)), Valid: true}
-	if t.fieldsUTF8 {
-		r.row = &v // else planRecord parses the text, as every record's
-	}
+	// v is the record its text parses as: rowValue's members are
+	// sorted, named by plain identifiers and never null.
+	r.cols, r.row, r.content = nil, &v, sql.NullString{String: string(jsonv.Encode(v)), Valid: true}
 	return nil
 }
 

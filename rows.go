@@ -711,10 +711,8 @@ func (t *tableInfo) ordinarySQL() {
 	t.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
 	t.existsSQL = fmt.Sprintf("SELECT 1 FROM %s WHERE %s", tbl, strings.Join(where, " AND "))
 	t.fieldSet = map[string]bool{}
-	t.fieldsUTF8 = true
 	for _, f := range t.fields {
 		t.fieldSet[f] = true
-		t.fieldsUTF8 = t.fieldsUTF8 && utf8.ValidString(f)
 	}
 	t.upserts = map[string]string{}
 }

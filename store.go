@@ -191,14 +191,11 @@ type tableInfo struct {
 	jsonb    bool     // content is stored as JSONB, not JSON text
 	columns  []string // projection columns, filled from content's same-named keys
 
-	keys     []string        // an ordinary table's key columns, in key order
-	keyTypes []byte          // their affinity: 'i' INTEGER or NUMERIC, 't' TEXT, 'b' none
-	rowidKey bool            // the key is the rowid's alias (id INTEGER PRIMARY KEY)
-	fields   []string        // its other columns, each a member of the record
-	fieldSet map[string]bool // fields by name
-	// fieldsUTF8: every field's name is UTF-8, so a record rowValue
-	// makes is the record its JSON text parses as.
-	fieldsUTF8 bool
+	keys       []string               // an ordinary table's key columns, in key order
+	keyTypes   []byte                 // their affinity: 'i' INTEGER or NUMERIC, 't' TEXT, 'b' none
+	rowidKey   bool                   // the key is the rowid's alias (id INTEGER PRIMARY KEY)
+	fields     []string               // its other columns, each a member of the record
+	fieldSet   map[string]bool        // fields by name
 	defaults   map[string]jsonv.Value // the constant defaults of fields (see rowRecord)
 	rules      map[string]MergeRule   // the fields' merge rules, if not the last writer
 	appendOnly bool                   // rows are immutable once written
