@@ -43,6 +43,7 @@ type applier struct {
 	// another device's delete arrived, with the hidden fields their rows
 	// were rebased on (see rebasePending).
 	revived map[recordKey]string
+	fresh   freshBatch // records with no state, queued (see freshBatch)
 }
 
 type recordKey struct{ table, record string }
@@ -137,6 +138,9 @@ func (s *applier) apply(ctx context.Context) error {
 		}
 		return w.wrote(ctx)
 	})
+	if err == nil {
+		err = s.flushFresh(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -151,6 +155,9 @@ func (s *applier) apply(ctx context.Context) error {
 			}
 			return w.wrote(ctx)
 		})
+		if err == nil {
+			err = s.flushFresh(ctx)
+		}
 		if err != nil {
 			return err
 		}
@@ -211,11 +218,40 @@ func freshWrite(c fileChange) bool {
 		!bytes.Contains(c.patch, []byte(":null"))
 }
 
-// applyOwn merges one of this device's planned changes and settles the
-// app's row and pending mark.
-func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
+// freshOwn reports whether c, one of this device's planned changes, is a
+// new record sent in one write, with nothing else written during the sync.
+func (s *applier) freshOwn(c fileChange) bool {
+	return c.flags&(planNoState|planNoop) == planNoState && !s.dirty && freshWrite(c) && int64(len(c.patch)) <= s.limits.MaxRecordSize
+}
+
+// freshOwnRow settles the row of c, a freshOwn change whose state is
+// stored: it shows the patch.
+func (s *applier) freshOwnRow(ctx context.Context, c fileChange) error {
 	t := s.e.tables[c.table]
-	if c.flags&(planNoState|planNoop) == planNoState && !s.dirty && freshWrite(c) && int64(len(c.patch)) <= s.limits.MaxRecordSize {
+	switch {
+	case c.flags&planRowCanonical != 0:
+		return nil
+	case c.base == nil:
+		return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
+	}
+	return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
+}
+
+// applyOwn merges one of this device's planned changes and settles the
+// app's row and pending mark, or, for a freshOwn change, queues it (see
+// freshBatch).
+func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
+	if s.freshOwn(c) {
+		ns, _ := storedAsCame(c, s.e.deviceID)
+		return s.queueFresh(ctx, freshRecord{c: c, ns: ns, own: true})
+	}
+	return s.applyOwnOne(ctx, c)
+}
+
+// applyOwnOne is applyOwn, one change at a time.
+func (s *applier) applyOwnOne(ctx context.Context, c fileChange) error {
+	t := s.e.tables[c.table]
+	if s.freshOwn(c) {
 		// A new record sent in one write: its state is its patch (see
 		// createState), which is also what its row shows.
 		st, err := s.createState(ctx, c, s.e.deviceID)
@@ -224,12 +260,8 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 			return err
 		case st == nil:
 			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: errors.New("internal error: a record planned without a state has one")}
-		case c.flags&planRowCanonical != 0:
-			return nil
-		case c.base == nil:
-			return s.rowResult(ctx, t, c.record, t.writeRow(ctx, s, c.record, string(c.patch)))
 		}
-		return s.rowResult(ctx, t, c.record, t.updateRow(ctx, s, c.record, string(c.patch)))
+		return s.freshOwnRow(ctx, c)
 	}
 	st := &recordState{node: &merge.Node{}}
 	if c.flags&planNoState == 0 {
@@ -322,8 +354,34 @@ func (s *applier) clearPending(ctx context.Context) error {
 	return nil
 }
 
-// applyReceived merges one change (or state record) from another file.
+// applyReceived merges one change (or state record) from another file,
+// or queues it (see freshBatch).
 func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
+	if ns, ok := s.freshReceived(c); ok {
+		return s.queueFresh(ctx, freshRecord{c: c, ns: ns})
+	}
+	return s.applyReceivedOne(ctx, c)
+}
+
+// freshReceived returns the state c gives its record if, having none, the
+// record takes c as it came (see storedAsCame) and applyReceivedOne would
+// then only write its row: a record to be shown in a registered table
+// that is not append-only, with nothing written during the sync.
+func (s *applier) freshReceived(c fileChange) (newState, bool) {
+	if s.dirty || c.deleted {
+		return newState{}, false
+	}
+	if t := s.e.tables[c.table]; t == nil || t.appendOnly {
+		return newState{}, false
+	}
+	if _, ok := s.pending[recordKey{c.table, c.record}]; ok {
+		return newState{}, false
+	}
+	return storedAsCame(c, c.device)
+}
+
+// applyReceivedOne is applyReceived, one change at a time.
+func (s *applier) applyReceivedOne(ctx context.Context, c fileChange) error {
 	st, before, err := s.mergeIntoState(ctx, c, c.device)
 	if err != nil {
 		return err
@@ -1131,28 +1189,21 @@ func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device strin
 // canonical), with a nil node, and so is a fresh write's (see freshWrite).
 func (s *syncRun) createState(ctx context.Context, c fileChange, device string) (*recordState, error) {
 	var n *merge.Node
-	data, clock, at, gone := string(c.patch), string(c.clock), merge.Stamp{Version: c.version, Device: c.device}, c.deleted
-	switch {
-	case freshWrite(c):
-		// The record is its patch, every path at the write's stamp: a
-		// nil node, like a state file's record, has the row written
-		// with the patch.
-		at = merge.Stamp{Version: c.version, Device: device}
-		clock = merge.FreshClock(at)
-	case c.clock == nil:
+	ns, ok := storedAsCame(c, device)
+	if !ok {
 		n = &merge.Node{}
 		if err := applyChange(n, c, device); err != nil {
 			return nil, err
 		}
-		data, clock = merge.EncodeState(n)
-		at, gone = n.Newest(), !n.Exists()
+		ns.data, ns.clock = merge.EncodeState(n)
+		ns.at, ns.gone = n.Newest(), !n.Exists()
 	}
 	st, err := s.stmt(ctx, `INSERT INTO sync_states (table_name, record_id, record_data, clock, sync_version, device_id, is_deleted)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHING`)
 	if err != nil {
 		return nil, err
 	}
-	res, err := st.ExecContext(ctx, c.table, c.record, data, clock, at.Version, at.Device, gone)
+	res, err := st.ExecContext(ctx, c.table, c.record, ns.data, ns.clock, ns.at.Version, ns.at.Device, ns.gone)
 	if err != nil {
 		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 	}
@@ -1160,4 +1211,28 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (table_name, record_id) DO NOTHI
 		return nil, err
 	}
 	return &recordState{node: n, changed: true}, nil
+}
+
+// A newState is what createState stores for a record that has no state.
+type newState struct {
+	data, clock string
+	at          merge.Stamp // the newest stamp: sync_version, device_id
+	gone        bool
+}
+
+// storedAsCame returns the state c, stamped by device, gives a record that
+// has none, if it is c as it came: a state file's record (validated and
+// canonical), or a fresh write (see freshWrite), whose record is its
+// patch with every path at the write's stamp; either has its row written
+// with the patch. ok is false for a change whose state must be built by
+// merging it into an empty record.
+func storedAsCame(c fileChange, device string) (ns newState, ok bool) {
+	switch {
+	case freshWrite(c):
+		at := merge.Stamp{Version: c.version, Device: device}
+		return newState{string(c.patch), merge.FreshClock(at), at, false}, true
+	case c.clock != nil:
+		return newState{string(c.patch), string(c.clock), merge.Stamp{Version: c.version, Device: c.device}, c.deleted}, true
+	}
+	return newState{}, false
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
@@ -613,7 +614,9 @@ func ParseFreshClock(clock []byte) (Stamp, bool) {
 		return Stamp{}, false
 	}
 	var at Stamp
-	if err := json.Unmarshal(rest[:i], &at.Device); err != nil {
+	if dev, ok := plainString(rest[:i]); ok {
+		at.Device = dev
+	} else if err := json.Unmarshal(rest[:i], &at.Device); err != nil {
 		return Stamp{}, false
 	}
 	var err error
@@ -624,6 +627,25 @@ func ParseFreshClock(clock []byte) (Stamp, bool) {
 		return Stamp{}, false // not in the form FreshClock writes
 	}
 	return at, true
+}
+
+// plainString returns the string a JSON string literal holds when it has
+// no escape, no control character and is valid UTF-8 (a device id always
+// is): its bytes between the quotes, without a decoder.
+func plainString(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	b = b[1 : len(b)-1]
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	return string(b), true
 }
 
 // EncodeState returns what sync_states stores for a record: its content,

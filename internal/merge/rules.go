@@ -72,16 +72,31 @@ var reservedTables = map[string]bool{
 	"sync_immutable": true, "sync_placed": true,
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// isIdent reports whether name is a plain identifier: a letter or an
+// underscore, then letters, digits and underscores (ASCII only). Every
+// record of a downloaded file names its table, so this is a loop, not a
+// regular expression.
+func isIdent(name string) bool {
+	if name == "" || '0' <= name[0] && name[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckTableName reports whether name may be a synced table: a plain
 // identifier that is neither SQLite's nor the engine's own. The same check
 // guards table names read from remote files, before any SQL sees them.
 func CheckTableName(name string) error {
 	switch {
-	case !identRE.MatchString(name) || len(name) > 128:
+	case !isIdent(name) || len(name) > 128:
 		return fmt.Errorf("table name %q is not a plain identifier (letters, digits, underscore)", name)
-	case strings.HasPrefix(strings.ToLower(name), "sqlite_"):
+	case len(name) >= 7 && strings.EqualFold(name[:7], "sqlite_"):
 		return fmt.Errorf("table name %q is reserved by SQLite", name)
 	case reservedTables[strings.ToLower(name)]:
 		return fmt.Errorf("table name %q is one of drivesync's own tables", name)
