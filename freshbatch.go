@@ -2,7 +2,11 @@ package drivesync
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -31,9 +35,10 @@ import (
 // a time, twice as many after each failure in a row: an apply of writes
 // to records this device has wastes at most a batch now and then.
 
-// freshHook, set only by this package's tests, sees each batch written:
-// its records, and whether SQLite inserted their states.
-var freshHook func(n int, inserted bool)
+// freshHook, set only by this package's tests, sees each statement that
+// writes several records: what it wrote ("states" or "rows"), how many,
+// and whether SQLite took it.
+var freshHook func(what string, n int, ok bool)
 
 // freshBatchRows is the number of rows a batch's statement inserts at
 // most. 32 rows of 7 values is far below SQLite's limit of variables.
@@ -96,7 +101,7 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		return err
 	}
 	if freshHook != nil {
-		freshHook(len(items), inserted)
+		freshHook("states", len(items), inserted)
 	}
 	if inserted {
 		s.fresh.backoff = 0
@@ -104,7 +109,10 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		s.fresh.backoff = min(max(2*s.fresh.backoff, freshBatchRows), freshBackoffMax)
 		s.fresh.skip = s.fresh.backoff
 	}
-	for _, r := range items {
+	for i := 0; i < len(items); {
+		r := items[i]
+		t := s.e.tables[r.c.table]
+		n := 1
 		switch {
 		case !inserted && r.own:
 			err = s.applyOwnOne(ctx, r.c)
@@ -113,10 +121,94 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		case r.own:
 			err = s.freshOwnRow(ctx, r.c)
 		default:
-			t := s.e.tables[r.c.table]
-			err = s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed))
+			for i+n < len(items) && !items[i+n].own && items[i+n].c.table == r.c.table {
+				n++
+			}
+			together := false
+			if n > 1 {
+				together, err = s.docRowsTogether(ctx, t)
+			}
+			switch {
+			case err != nil:
+			case together:
+				err = s.upsertDocs(ctx, t, items[i:i+n])
+			default:
+				n = 1
+				err = s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed))
+			}
 		}
 		if err != nil {
+			return err
+		}
+		i += n
+	}
+	return nil
+}
+
+// docRowsTogether reports whether the rows of new received records of t
+// may be written in one statement: t is a document table that no trigger
+// but the engine's own watches. Such a statement writes each row as its
+// own statement would, and a row the table refuses (a constraint, which
+// the engine's writes resolve with ABORT) takes the statement back whole;
+// an app's trigger could skip a row (RAISE(IGNORE)) or keep the rows
+// before the one it fails (RAISE(FAIL)), which a statement of one row
+// tells apart. The answer holds for the transaction, which no other
+// connection's schema change can enter.
+func (s *applier) docRowsTogether(ctx context.Context, t *tableInfo) (bool, error) {
+	if t.ordinary || t.appendOnly {
+		return false, nil
+	}
+	if ok, known := s.together[t.name]; known {
+		return ok, nil
+	}
+	var others int
+	own, _ := json.Marshal(slices.Sorted(maps.Keys(triggerSQL(t)))) // strings: no error
+	err := s.conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND name NOT IN (SELECT value FROM json_each(?2))`,
+		t.name, string(own)).Scan(&others)
+	if err != nil {
+		return false, err
+	}
+	if s.together == nil {
+		s.together = map[string]bool{}
+	}
+	s.together[t.name] = others == 0
+	return others == 0, nil
+}
+
+// upsertDocs writes the rows of items, new received records of document
+// table t (see docRowsTogether), in one statement. If t refuses one, the
+// statement wrote none, and each is written alone: those refused are
+// reported, the others written.
+func (s *applier) upsertDocs(ctx context.Context, t *tableInfo, items []freshRecord) error {
+	query := t.docUpsertSQL(len(items))
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, 2*len(items))
+	for _, r := range items {
+		args = append(args, r.c.record, string(r.c.patch))
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if freshHook != nil {
+		freshHook("rows", len(items), err == nil)
+	}
+	if err != nil {
+		if ok, err := refused(ctx, s.conn, err); !ok {
+			return err
+		}
+		for _, r := range items {
+			if err := s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(items)) {
+		return &Error{Op: "write", Table: t.name, Err: errors.Join(err, fmt.Errorf("internal error: %d rows written of %d", n, len(items)))}
+	}
+	for _, r := range items {
+		if err := s.rowResult(ctx, t, r.c.record, nil); err != nil {
 			return err
 		}
 	}

@@ -78,15 +78,62 @@ func TestFreshBatchRecordTwiceInOneFile(t *testing.T) {
 	}
 }
 
+// A document table that refuses one of many new records it receives: the
+// statement that writes them together writes none, and each is written
+// alone, the refused one reported, every other one written. On a table
+// an app's trigger watches, they are written one by one from the start:
+// the trigger may skip a row, which only a statement of one row shows.
+func TestFreshBatchDocRowsRefused(t *testing.T) {
+	for _, tc := range []struct{ name, schema string }{
+		{"check", `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT CHECK (title IS NOT 'bad'), display_order INTEGER)`},
+		{"app trigger ignores", notesSchema + `; CREATE TRIGGER skip_bad BEFORE INSERT ON notes WHEN NEW.title = 'bad' BEGIN SELECT RAISE(IGNORE); END`},
+		// A statement of many rows would keep those before the one the
+		// trigger fails, and write them again one by one: updates the
+		// app's log would count.
+		{"app trigger fails", notesSchema + `; CREATE TRIGGER fail_bad BEFORE INSERT ON notes WHEN NEW.title = 'bad' BEGIN SELECT RAISE(FAIL, 'bad title'); END;
+CREATE TABLE updates (id TEXT); CREATE TRIGGER log_update AFTER UPDATE ON notes BEGIN INSERT INTO updates VALUES (NEW.id); END`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			remote := NewMemoryRemote()
+			a := newDevice(t, "dev-a", remote)
+			b := newDevice(t, "dev-b", remote, tc.schema)
+			for i := range 40 {
+				title := fmt.Sprintf("t%d", i)
+				if i == 10 {
+					title = "bad"
+				}
+				a.exec(`INSERT INTO notes (id, content, title) VALUES (?, jsonb(?), ?)`, fmt.Sprintf("n%02d", i), fmt.Sprintf(`{"title":%q}`, title), title)
+			}
+			a.sync()
+			r := b.sync()
+			if ids := unwrittenIDs(r); len(ids) != 1 || ids[0] != "notes/n10" {
+				t.Fatalf("unwritten %v, want notes/n10", ids)
+			}
+			var rows, states int
+			if err := b.db.QueryRow(`SELECT (SELECT count(*) FROM notes), (SELECT count(*) FROM sync_states)`).Scan(&rows, &states); err != nil {
+				t.Fatal(err)
+			}
+			if rows != 39 || states != 40 || b.get("n10") != "" || b.get("n11") != `{"title":"t11"}` {
+				t.Fatalf("b has %d rows and %d states, n10 %q, n11 %q; want 39, 40, none and t11", rows, states, b.get("n10"), b.get("n11"))
+			}
+			if strings.Contains(tc.schema, "updates") {
+				if got := b.rows(`SELECT id FROM updates`); got != "" {
+					t.Fatalf("new rows updated after they were written: %q", got)
+				}
+			}
+		})
+	}
+}
+
 func init() {
-	freshHook = func(n int, inserted bool) {
+	freshHook = func(what string, n int, ok bool) {
 		switch {
-		case !inserted:
-			count("new states: batches refused, applied one by one")
-		case n == freshBatchRows:
+		case !ok:
+			count("new " + what + ": batches refused, written one by one")
+		case what == "states" && n == freshBatchRows:
 			count("new states: full batches inserted")
 		default:
-			count("new states: partial batches inserted")
+			count("new " + what + ": batches written")
 		}
 	}
 }
