@@ -247,6 +247,9 @@ func (s *applier) applyOwn(ctx context.Context, c fileChange) error {
 		ns, _ := storedAsCame(c, s.e.deviceID)
 		return s.queueFresh(ctx, freshRecord{c: c, ns: ns, own: true})
 	}
+	if err := s.flushFresh(ctx); err != nil {
+		return err
+	}
 	return s.applyOwnOne(ctx, c)
 }
 
@@ -361,6 +364,9 @@ func (s *applier) clearPending(ctx context.Context) error {
 func (s *applier) applyReceived(ctx context.Context, c fileChange) error {
 	if ns, ok := s.freshReceived(c); ok {
 		return s.queueFresh(ctx, freshRecord{c: c, ns: ns})
+	}
+	if err := s.flushFresh(ctx); err != nil {
+		return err
 	}
 	return s.applyReceivedOne(ctx, c)
 }

@@ -22,10 +22,13 @@ import (
 //
 // A record is queued only when its whole apply is that insert and then a
 // write of its row that depends on nothing the insert decides (see
-// freshOwn and freshReceived). A batch is written when it is full and at
-// the end of each loop that queues (before anything else of the apply
-// reads or writes sync_states or the pending marks); its rows are then
-// written one by one, in order, as before. The batch's statement is a
+// freshOwn and freshReceived). A batch is written when it is full, before
+// any change that is not queued, and at the end of each loop that queues
+// (before anything else of the apply reads or writes sync_states or the
+// pending marks): the changes of a file are applied in the file's order,
+// as one at a time, which decides between two writes of one record under
+// one stamp (see merge). Its rows are then written one by one, in order,
+// as before. The batch's statement is a
 // plain INSERT: if any of its records has a state after all (a record
 // twice in one file, a received write to a record this device has),
 // SQLite takes the statement back whole and each record of the batch
@@ -147,7 +150,7 @@ func (s *applier) flushFresh(ctx context.Context) error {
 
 // docRowsTogether reports whether the rows of new received records of t
 // may be written in one statement: t is a document table that no trigger
-// but the engine's own watches. Such a statement writes each row as its
+// but the engine's own watches (see noAppTriggers). Such a statement writes each row as its
 // own statement would, and a row the table refuses (a constraint, which
 // the engine's writes resolve with ABORT) takes the statement back whole;
 // an app's trigger could skip a row (RAISE(IGNORE)) or keep the rows
@@ -161,18 +164,39 @@ func (s *applier) docRowsTogether(ctx context.Context, t *tableInfo) (bool, erro
 	if ok, known := s.together[t.name]; known {
 		return ok, nil
 	}
-	var others int
-	own, _ := json.Marshal(slices.Sorted(maps.Keys(triggerSQL(t)))) // strings: no error
-	err := s.conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND name NOT IN (SELECT value FROM json_each(?2))`,
-		t.name, string(own)).Scan(&others)
+	ok, err := noAppTriggers(ctx, s.conn, t)
 	if err != nil {
 		return false, err
 	}
 	if s.together == nil {
 		s.together = map[string]bool{}
 	}
-	s.together[t.name] = others == 0
-	return others == 0, nil
+	s.together[t.name] = ok
+	return ok, nil
+}
+
+// noAppTriggers reports whether no trigger but the engine's own fires on
+// the engine's writes to t: none in the database, and none in the TEMP
+// schema of q's connection (an app with one connection may have made
+// one there), except those whose WHEN clause skips the engine's writes.
+func noAppTriggers(ctx context.Context, q querier, t *tableInfo) (bool, error) {
+	own, _ := json.Marshal(slices.Sorted(maps.Keys(triggerSQL(t)))) // strings: no error
+	rows, err := q.QueryContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND name NOT IN (SELECT value FROM json_each(?2))
+UNION ALL SELECT sql FROM sqlite_temp_schema WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE`, t.name, string(own))
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var def string
+		if err := rows.Scan(&def); err != nil {
+			return false, err
+		}
+		if !skipsEngineWrites(def) {
+			return false, nil
+		}
+	}
+	return true, rows.Err()
 }
 
 // upsertDocs writes the rows of items, new received records of document
