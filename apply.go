@@ -44,8 +44,6 @@ type applier struct {
 	// were rebased on (see rebasePending).
 	revived map[recordKey]string
 	fresh   freshBatch // records with no state, queued (see freshBatch)
-	// together caches docRowsTogether, by table.
-	together map[string]bool
 }
 
 type recordKey struct{ table, record string }

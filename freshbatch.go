@@ -2,11 +2,7 @@ package drivesync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 
@@ -25,23 +21,27 @@ import (
 // freshOwn and freshReceived). A batch is written when it is full, before
 // any change that is not queued, and at the end of each loop that queues
 // (before anything else of the apply reads or writes sync_states or the
-// pending marks): the changes of a file are applied in the file's order,
-// as one at a time, which decides between two writes of one record under
-// one stamp (see merge). Its rows are then written one by one, in order,
-// as before. The batch's statement is a
-// plain INSERT: if any of its records has a state after all (a record
-// twice in one file, a received write to a record this device has),
-// SQLite takes the statement back whole and each record of the batch
-// goes the usual way, one at a time. A received write is queued whether
-// or not its record has a state (finding out would cost the lookup the
-// insert saves), so after a batch that failed the next records go one at
-// a time, twice as many after each failure in a row: an apply of writes
-// to records this device has wastes at most a batch now and then.
+// pending marks): a file's changes are applied in the file's order, as
+// one at a time, which decides between two writes of one record under one
+// stamp (see merge). The batch's rows are then written one by one, in
+// order, as before: an app's trigger can tell a statement of many rows
+// from many statements (RAISE(IGNORE) skips one row of it, RAISE(FAIL)
+// keeps the rows before), and writing the rows of new records together
+// measured no gain in a bootstrap.
+//
+// The batch's statement is a plain INSERT: if any of its records has a
+// state after all (a record twice in one file, a received write to a
+// record this device has), SQLite takes the statement back whole and each
+// record of the batch goes the usual way, one at a time. A received write
+// is queued whether or not its record has a state (finding out would cost
+// the lookup the insert saves), so after a batch that failed the next
+// records go one at a time, twice as many after each failure in a row: an
+// apply of writes to records this device has wastes at most a batch now
+// and then.
 
-// freshHook, set only by this package's tests, sees each statement that
-// writes several records: what it wrote ("states" or "rows"), how many,
-// and whether SQLite took it.
-var freshHook func(what string, n int, ok bool)
+// freshHook, set only by this package's tests, sees each batch written:
+// its records, and whether SQLite inserted their states.
+var freshHook func(n int, inserted bool)
 
 // freshBatchRows is the number of rows a batch's statement inserts at
 // most. 32 rows of 7 values is far below SQLite's limit of variables.
@@ -104,7 +104,7 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		return err
 	}
 	if freshHook != nil {
-		freshHook("states", len(items), inserted)
+		freshHook(len(items), inserted)
 	}
 	if inserted {
 		s.fresh.backoff = 0
@@ -112,10 +112,7 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		s.fresh.backoff = min(max(2*s.fresh.backoff, freshBatchRows), freshBackoffMax)
 		s.fresh.skip = s.fresh.backoff
 	}
-	for i := 0; i < len(items); {
-		r := items[i]
-		t := s.e.tables[r.c.table]
-		n := 1
+	for _, r := range items {
 		switch {
 		case !inserted && r.own:
 			err = s.applyOwnOne(ctx, r.c)
@@ -124,115 +121,10 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		case r.own:
 			err = s.freshOwnRow(ctx, r.c)
 		default:
-			for i+n < len(items) && !items[i+n].own && items[i+n].c.table == r.c.table {
-				n++
-			}
-			together := false
-			if n > 1 {
-				together, err = s.docRowsTogether(ctx, t)
-			}
-			switch {
-			case err != nil:
-			case together:
-				err = s.upsertDocs(ctx, t, items[i:i+n])
-			default:
-				n = 1
-				err = s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed))
-			}
+			t := s.e.tables[r.c.table]
+			err = s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed))
 		}
 		if err != nil {
-			return err
-		}
-		i += n
-	}
-	return nil
-}
-
-// docRowsTogether reports whether the rows of new received records of t
-// may be written in one statement: t is a document table that no trigger
-// but the engine's own watches (see noAppTriggers). Such a statement writes each row as its
-// own statement would, and a row the table refuses (a constraint, which
-// the engine's writes resolve with ABORT) takes the statement back whole;
-// an app's trigger could skip a row (RAISE(IGNORE)) or keep the rows
-// before the one it fails (RAISE(FAIL)), which a statement of one row
-// tells apart. The answer holds for the transaction, which no other
-// connection's schema change can enter.
-func (s *applier) docRowsTogether(ctx context.Context, t *tableInfo) (bool, error) {
-	if t.ordinary || t.appendOnly {
-		return false, nil
-	}
-	if ok, known := s.together[t.name]; known {
-		return ok, nil
-	}
-	ok, err := noAppTriggers(ctx, s.conn, t)
-	if err != nil {
-		return false, err
-	}
-	if s.together == nil {
-		s.together = map[string]bool{}
-	}
-	s.together[t.name] = ok
-	return ok, nil
-}
-
-// noAppTriggers reports whether no trigger but the engine's own fires on
-// the engine's writes to t: none in the database, and none in the TEMP
-// schema of q's connection (an app with one connection may have made
-// one there), except those whose WHEN clause skips the engine's writes.
-func noAppTriggers(ctx context.Context, q querier, t *tableInfo) (bool, error) {
-	own, _ := json.Marshal(slices.Sorted(maps.Keys(triggerSQL(t)))) // strings: no error
-	rows, err := q.QueryContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE AND name NOT IN (SELECT value FROM json_each(?2))
-UNION ALL SELECT sql FROM sqlite_temp_schema WHERE type = 'trigger' AND tbl_name = ?1 COLLATE NOCASE`, t.name, string(own))
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var def string
-		if err := rows.Scan(&def); err != nil {
-			return false, err
-		}
-		if !skipsEngineWrites(def) {
-			return false, nil
-		}
-	}
-	return true, rows.Err()
-}
-
-// upsertDocs writes the rows of items, new received records of document
-// table t (see docRowsTogether), in one statement. If t refuses one, the
-// statement wrote none, and each is written alone: those refused are
-// reported, the others written.
-func (s *applier) upsertDocs(ctx context.Context, t *tableInfo, items []freshRecord) error {
-	query := t.docUpsertSQL(len(items))
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return err
-	}
-	args := make([]any, 0, 2*len(items))
-	for _, r := range items {
-		args = append(args, r.c.record, string(r.c.patch))
-	}
-	res, err := st.ExecContext(ctx, args...)
-	if freshHook != nil {
-		freshHook("rows", len(items), err == nil)
-	}
-	if err != nil {
-		if ok, err := refused(ctx, s.conn, err); !ok {
-			return err
-		}
-		for _, r := range items {
-			if err := s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if n, err := res.RowsAffected(); err != nil || n != int64(len(items)) {
-		return &Error{Op: "write", Table: t.name, Err: errors.Join(err, fmt.Errorf("internal error: %d rows written of %d", n, len(items)))}
-	}
-	for _, r := range items {
-		if err := s.rowResult(ctx, t, r.c.record, nil); err != nil {
 			return err
 		}
 	}

@@ -78,11 +78,11 @@ func TestFreshBatchRecordTwiceInOneFile(t *testing.T) {
 	}
 }
 
-// A document table that refuses one of many new records it receives: the
-// statement that writes them together writes none, and each is written
-// alone, the refused one reported, every other one written. On a table
-// an app's trigger watches, they are written one by one from the start:
-// the trigger may skip a row, which only a statement of one row shows.
+// A document table that refuses one of many new records it receives,
+// whose states go in one batch: the refused one is reported, every other
+// one written. A trigger that skips the row (RAISE(IGNORE)) or fails it
+// (RAISE(FAIL)) sees each row written by a statement of its own: no row
+// is written twice.
 func TestFreshBatchDocRowsRefused(t *testing.T) {
 	for _, tc := range []struct{ name, schema string }{
 		{"check", `CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL, title TEXT CHECK (title IS NOT 'bad'), display_order INTEGER)`},
@@ -126,14 +126,14 @@ CREATE TABLE updates (id TEXT); CREATE TRIGGER log_update AFTER UPDATE ON notes 
 }
 
 func init() {
-	freshHook = func(what string, n int, ok bool) {
+	freshHook = func(n int, inserted bool) {
 		switch {
-		case !ok:
-			count("new " + what + ": batches refused, written one by one")
-		case what == "states" && n == freshBatchRows:
+		case !inserted:
+			count("new states: batches refused, applied one by one")
+		case n == freshBatchRows:
 			count("new states: full batches inserted")
 		default:
-			count("new " + what + ": batches written")
+			count("new states: partial batches inserted")
 		}
 	}
 }

@@ -10,23 +10,25 @@ import (
 
 // Review 35: the batched apply of new records (freshbatch.go).
 
-// docRowsTogether looks for app triggers in sqlite_schema (main) only. A
-// TEMP trigger (sqlite_temp_schema) on the engine's connection, here an
-// app with one connection (SetMaxOpenConns(1), as in review 24), is
-// missed, and the rows of new received records of the document table are
-// written by one multi-row upsert (upsertDocs), which such a trigger tells
-// apart from rows written one at a time:
+// Review 35 found that the rows of new received records of a document
+// table, then written by one multi-row upsert when no trigger of the
+// database watched the table, missed a TEMP trigger (sqlite_temp_schema)
+// on the engine's connection, here an app with one connection
+// (SetMaxOpenConns(1), as in review 24). Such a trigger tells one
+// statement of many rows from many statements:
 //
-//   - RAISE(IGNORE) skips one row of the statement: upsertDocs then finds
-//     fewer rows written than it wrote and fails the whole sync ("internal
+//   - RAISE(IGNORE) skipped one row of the statement, the engine found
+//     fewer rows written than it wrote and failed the whole sync ("internal
 //     error: 31 rows written of 32"), at every sync, for good: the device
-//     is stuck. One row at a time, the skipped row is reported unwritten
+//     was stuck. One row at a time, the skipped row is reported unwritten
 //     and every other row is written.
-//   - RAISE(FAIL) keeps the rows the statement wrote before the failing
-//     one; each row is then written again alone, as an update of the row
-//     just inserted, which the app's TEMP update trigger logs (what
-//     TestFreshBatchDocRowsRefused checks for a trigger in main).
-func TestReview35TempTriggerMissedByDocRowsTogether(t *testing.T) {
+//   - RAISE(FAIL) kept the rows the statement wrote before the failing
+//     one; each row was then written again alone, as an update of the row
+//     just inserted, which the app's TEMP update trigger logs.
+//
+// The rows are written one at a time again (see freshbatch.go); this
+// test keeps them so.
+func TestReview35TempTriggerSeesRowsOneAtATime(t *testing.T) {
 	for _, tc := range []struct{ name, triggers string }{
 		{"ignore", `CREATE TEMP TRIGGER skip_bad BEFORE INSERT ON main.notes WHEN NEW.title = 'bad' BEGIN SELECT RAISE(IGNORE); END`},
 		{"fail", `CREATE TEMP TRIGGER fail_bad BEFORE INSERT ON main.notes WHEN NEW.title = 'bad' BEGIN SELECT RAISE(FAIL, 'bad title'); END;

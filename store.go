@@ -550,44 +550,24 @@ func (ti *tableInfo) projection(src, col string) string {
 	return projection(src, col)
 }
 
-// docValues returns a document table's columns and the values a write of
-// a record sets them to, from its id and canonical content.
-func (ti *tableInfo) docValues(id, content string) (cols, vals []string) {
-	cols = []string{"id", "content"}
-	vals = []string{id, content}
-	if ti.jsonb {
-		vals[1] = "jsonb(" + content + ")"
-	}
-	for _, c := range ti.columns {
-		cols = append(cols, quoteIdent(c))
-		vals = append(vals, ti.projection(content, c))
-	}
-	return cols, vals
-}
-
-// docUpsertSQL is a document table's upsert of n records in one
-// statement: record i's id is ?(2i+1), its canonical content ?(2i+2).
-func (ti *tableInfo) docUpsertSQL(n int) string {
-	var cols []string
-	rows := make([]string, n)
-	for i := range rows {
-		var vals []string
-		cols, vals = ti.docValues(fmt.Sprintf("?%d", 2*i+1), fmt.Sprintf("?%d", 2*i+2))
-		rows[i] = "(" + strings.Join(vals, ", ") + ")"
-	}
-	sets := make([]string, 0, len(cols)-1)
-	for _, c := range cols[1:] {
-		sets = append(sets, fmt.Sprintf("%s = excluded.%s", c, c))
-	}
-	// OR ABORT where needed: see upsertFor.
-	return fmt.Sprintf("INSERT %sINTO %s (%s) VALUES %s ON CONFLICT (id COLLATE BINARY) DO UPDATE SET %s",
-		ti.orAbort, quoteIdent(ti.name), strings.Join(cols, ", "), strings.Join(rows, ", "), strings.Join(sets, ", "))
-}
-
 func (ti *tableInfo) buildSQL() {
 	tbl := quoteIdent(ti.name)
-	cols, vals := ti.docValues("?1", "?2")
-	ti.upsertSQL = ti.docUpsertSQL(1)
+	content := "?2"
+	if ti.jsonb {
+		content = "jsonb(?2)"
+	}
+	cols := []string{"id", "content"}
+	vals := []string{"?1", content}
+	sets := []string{"content = excluded.content"}
+	for _, c := range ti.columns {
+		extract := ti.projection("?2", c)
+		cols = append(cols, quoteIdent(c))
+		vals = append(vals, extract)
+		sets = append(sets, fmt.Sprintf("%s = excluded.%s", quoteIdent(c), quoteIdent(c)))
+	}
+	// OR ABORT where needed: see upsertFor.
+	ti.upsertSQL = fmt.Sprintf("INSERT %sINTO %s (%s) VALUES (%s) ON CONFLICT (id COLLATE BINARY) DO UPDATE SET %s",
+		ti.orAbort, tbl, strings.Join(cols, ", "), strings.Join(vals, ", "), strings.Join(sets, ", "))
 	assign := make([]string, 0, len(cols)-1)
 	for i := 1; i < len(cols); i++ {
 		assign = append(assign, cols[i]+" = "+vals[i])
