@@ -3,7 +3,6 @@ package drivesync
 import (
 	"encoding/json"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
@@ -50,10 +49,10 @@ func scanFileEntry(raw []byte, e *fileEntry) bool {
 		switch string(key) {
 		case "table_name":
 			bit = 1 << 0
-			e.Table, ok = plainString(val)
+			e.Table, ok = jsonv.PlainString(val)
 		case "record_id":
 			bit = 1 << 1
-			e.Record, ok = plainString(val)
+			e.Record, ok = jsonv.PlainString(val)
 		case "patch":
 			bit, e.Patch, ok = 1<<2, val, plainJSON(val)
 			e.canonical = ok
@@ -86,10 +85,10 @@ func scanStateEntry(raw []byte, e *stateEntry) bool {
 		switch string(key) {
 		case "table_name":
 			bit = 1 << 0
-			e.Table, ok = plainString(val)
+			e.Table, ok = jsonv.PlainString(val)
 		case "record_id":
 			bit = 1 << 1
-			e.Record, ok = plainString(val)
+			e.Record, ok = jsonv.PlainString(val)
 		case "state":
 			// Canonical as a state: no null member where a state drops
 			// it (a state that has one is read the slow way).
@@ -222,24 +221,6 @@ func valueEnd(b []byte, i int) int {
 // scalarByte reports whether c may be part of a number or a literal.
 func scalarByte(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '+' || c == '.'
-}
-
-// plainString is a JSON string with no escape, no control character and
-// valid UTF-8, which encoding/json decodes to its bytes.
-func plainString(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return "", false
-	}
-	in := v[1 : len(v)-1]
-	for _, c := range in {
-		if c < 0x20 || c == '\\' || c == '"' {
-			return "", false
-		}
-	}
-	if !utf8.Valid(in) {
-		return "", false
-	}
-	return string(in), true
 }
 
 // plainJSON reports whether v is JSON in its canonical spelling, as the

@@ -97,13 +97,7 @@ CREATE TABLE updates (id TEXT); CREATE TRIGGER log_update AFTER UPDATE ON notes 
 			remote := NewMemoryRemote()
 			a := newDevice(t, "dev-a", remote)
 			b := newDevice(t, "dev-b", remote, tc.schema)
-			for i := range 40 {
-				title := fmt.Sprintf("t%d", i)
-				if i == 10 {
-					title = "bad"
-				}
-				a.exec(`INSERT INTO notes (id, content, title) VALUES (?, jsonb(?), ?)`, fmt.Sprintf("n%02d", i), fmt.Sprintf(`{"title":%q}`, title), title)
-			}
+			putTitled(a, 40, 10)
 			a.sync()
 			r := b.sync()
 			if ids := unwrittenIDs(r); len(ids) != 1 || ids[0] != "notes/n10" {
@@ -122,6 +116,19 @@ CREATE TABLE updates (id TEXT); CREATE TRIGGER log_update AFTER UPDATE ON notes 
 				}
 			}
 		})
+	}
+}
+
+// putTitled writes n new notes n00, n01, ... titled t0, t1, ..., but for
+// note bad, titled "bad".
+func putTitled(d *device, n, bad int) {
+	d.t.Helper()
+	for i := range n {
+		title := fmt.Sprintf("t%d", i)
+		if i == bad {
+			title = "bad"
+		}
+		d.exec(`INSERT INTO notes (id, content, title) VALUES (?, jsonb(?), ?)`, fmt.Sprintf("n%02d", i), fmt.Sprintf(`{"title":%q}`, title), title)
 	}
 }
 

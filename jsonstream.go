@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
 // jsonStream reads the JSON of a patch or state file value by value. It
@@ -421,7 +423,7 @@ func (s *jsonStream) member(n int) (key string, ok bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	if key, ok := plainString(raw); ok {
+	if key, ok := jsonv.PlainString(raw); ok {
 		return key, true, nil
 	}
 	if err := json.Unmarshal(raw, &key); err != nil {

@@ -2,7 +2,6 @@ package drivesync
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +39,7 @@ CREATE TEMP TRIGGER log_update AFTER UPDATE ON main.notes BEGIN INSERT INTO upda
 			b := newDevice(t, "dev-b", remote, notesSchema, `CREATE TABLE updates (id TEXT)`)
 			b.db.SetMaxOpenConns(1) // the app's connection, with its TEMP triggers, is the engine's
 			b.exec(tc.triggers)
-			for i := range 40 {
-				title := fmt.Sprintf("t%d", i)
-				if i == 10 {
-					title = "bad"
-				}
-				a.exec(`INSERT INTO notes (id, content, title) VALUES (?, jsonb(?), ?)`, fmt.Sprintf("n%02d", i), fmt.Sprintf(`{"title":%q}`, title), title)
-			}
+			putTitled(a, 40, 10)
 			a.sync()
 			for round := range 2 {
 				r, err := b.eng.Sync(context.Background())

@@ -828,3 +828,23 @@ func (c *checker) str() ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// PlainString returns the string a JSON string literal v holds when it
+// has no escape and no control character and is valid UTF-8: its bytes
+// between the quotes, as encoding/json decodes them, without a decoder.
+// ok is false for any other literal, which a decoder must read.
+func PlainString(v []byte) (s string, ok bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	in := v[1 : len(v)-1]
+	for _, c := range in {
+		if c < 0x20 || c == '\\' || c == '"' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
 )
@@ -614,7 +613,7 @@ func ParseFreshClock(clock []byte) (Stamp, bool) {
 		return Stamp{}, false
 	}
 	var at Stamp
-	if dev, ok := plainString(rest[:i]); ok {
+	if dev, ok := jsonv.PlainString(rest[:i]); ok {
 		at.Device = dev
 	} else if err := json.Unmarshal(rest[:i], &at.Device); err != nil {
 		return Stamp{}, false
@@ -627,25 +626,6 @@ func ParseFreshClock(clock []byte) (Stamp, bool) {
 		return Stamp{}, false // not in the form FreshClock writes
 	}
 	return at, true
-}
-
-// plainString returns the string a JSON string literal holds when it has
-// no escape, no control character and is valid UTF-8 (a device id always
-// is): its bytes between the quotes, without a decoder.
-func plainString(b []byte) (string, bool) {
-	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
-		return "", false
-	}
-	b = b[1 : len(b)-1]
-	for _, c := range b {
-		if c < 0x20 || c == '"' || c == '\\' {
-			return "", false
-		}
-	}
-	if !utf8.Valid(b) {
-		return "", false
-	}
-	return string(b), true
 }
 
 // EncodeState returns what sync_states stores for a record: its content,
