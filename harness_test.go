@@ -1011,6 +1011,15 @@ func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
 		record = encodeKey([]any{record, int64(0)})
 	}
 	changes := fmt.Sprintf(`{"table_name":"notes","record_id":%q,"patch":{"a":"hostile","b":"hostile"},"is_deleted":false,"sync_version":%d}`, record, v)
+	if kind == 3 {
+		// A second write of the record under the same stamp, over the
+		// same paths (no device writes one, but a file may hold it):
+		// the first applied wins, so every device must apply a file's
+		// changes in its order, whether it writes new records in
+		// batches or one at a time (while the app writes).
+		changes += fmt.Sprintf(`,{"table_name":"notes","record_id":%q,"patch":{"a":null,"b":"hostile too"},"is_deleted":false,"sync_version":%d}`, record, v)
+		count("hostile file: two writes of one record under one stamp")
+	}
 	if kind == 3 && w.ordinary {
 		// A key no row may hold (TEXT with a NUL character, which the
 		// capture triggers refuse): every device keeps the record
