@@ -45,15 +45,37 @@ const maxSeen = 32 << 10
 // A Conflict is a value that a concurrent write from another device
 // overwrote on this device, kept in the conflict log (sync_conflicts).
 type Conflict struct {
-	ID            int64
+	ID int64
+	// Record is the record's id as the engine names it, which
+	// ConflictFilter.Record selects by: a document's id, or an ordinary
+	// table's key as SQL text, each key column's value as SQLite's
+	// quote() writes it, joined by commas (X'00FF','it''s',-7). It comes
+	// from other devices' files: bind Key in a query, never splice
+	// Record into SQL.
 	Table, Record string
+	// Key is the record's key as Go values, in the order of the table's
+	// PRIMARY KEY: int64 (INTEGER), string (TEXT) or []byte (BLOB); a
+	// key never holds NULL or REAL. Bound as arguments it selects the
+	// app's row, db.QueryRow("SELECT ... WHERE k1 = ? AND k2 = ?",
+	// c.Key...) (a key column declared with another collation compares
+	// as the engine compares keys with COLLATE BINARY). A document's Key
+	// is its id, a string. Key is nil for a table this Engine does not
+	// sync, and for a record id that is no key of its table (a record
+	// another device wrote that this table cannot hold, which Sync
+	// reports in Report.Unwritten).
+	Key []any
 	// Path is the member path of the value in the record's content (an
 	// ordinary table's column is one member; an append-only row in
 	// conflict has an empty path: the whole row).
 	Path []string
 	// Loser is the value that was overwritten, Winner the value that
-	// replaced it, as JSON (an ordinary table's values as the engine
-	// encodes them; Winner is null when the write removed the member).
+	// replaced it, as JSON (Winner is null when the write removed the
+	// member). A document table's values are its content's JSON as the
+	// app wrote it, kept as they are. An ordinary table's are one
+	// column's value in the engine's typed form, which DecodeColumnValue
+	// turns into the Go value; an append-only row's (Path empty) are an
+	// object of its non-key columns' values, which DecodeColumnValues
+	// decodes.
 	Loser, Winner json.RawMessage
 	// The stamps of the two writes: the version and the device that
 	// made each.
@@ -66,6 +88,7 @@ type Conflict struct {
 // ConflictFilter selects conflicts; zero fields select all.
 type ConflictFilter struct {
 	Table, Record string
+	Key           []any
 	Since         time.Time // detected at or after
 	Limit         int       // at most this many, newest first
 }
@@ -303,12 +326,87 @@ FROM sync_conflicts WHERE (?1 = '' OR table_name = ?1) AND (?2 = '' OR record_id
 			return nil, &Error{Op: "conflicts", Err: err}
 		}
 		json.Unmarshal([]byte(path), &c.Path)
+		c.Key = e.recordKey(c.Table, c.Record)
 		c.Loser, c.Winner = json.RawMessage(loser), json.RawMessage(winner)
 		c.At, _ = time.Parse(time.RFC3339Nano, at)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, &Error{Op: "conflicts", Err: err}
+	}
+	return out, nil
+}
+
+// recordKey is the Key of a logged record (see Conflict.Key).
+func (e *Engine) recordKey(table, record string) []any {
+	t := e.tables[table]
+	switch {
+	case t == nil:
+		return nil
+	case !t.ordinary:
+		return []any{record}
+	}
+	key, err := t.decodeKey(record)
+	if err != nil {
+		return nil
+	}
+	return key
+}
+
+// DecodeColumnValue returns the Go value of one column of an ordinary
+// table from the JSON form the engine keeps it in, which a Conflict's
+// Loser and Winner hold. It is the engine's own decoding, the inverse of
+// how it encodes a value read from a row, so the value is the one the
+// row held, bit for bit:
+//
+//	SQLite value      JSON form                           Go value
+//	INTEGER           a number without '.' or 'e': -7     int64, all 64 bits
+//	REAL              a number with '.' or 'e': 1.5,      float64
+//	                  100.0, -0.0, 1e+308, 5e-324
+//	REAL ±infinity    ["real","inf"], ["real","-inf"]     math.Inf(1), math.Inf(-1)
+//	TEXT              a JSON string: "it's \"day\""       string
+//	TEXT, not UTF-8   ["text","<base64>"]                 string of those bytes
+//	BLOB              ["blob","<base64>"]                 []byte
+//	NULL              ["null"]                            nil
+//
+// Base64 is the standard, padded alphabet (encoding/base64.StdEncoding).
+// A REAL's number is the shortest text that reads back as the same
+// float64. SQLite stores no NaN (it stores NULL), so no form holds one.
+// The Go values are those database/sql binds, so a value can be written
+// back as an argument (UPDATE t SET col = ? ...).
+//
+// Anything else is an error that names the JSON: JSON null (a write that
+// removed the value), an object, a tag not listed above. Document
+// tables' values are the app's own JSON, kept as written: read those
+// with encoding/json, not with this.
+func DecodeColumnValue(v json.RawMessage) (any, error) {
+	parsed, err := jsonv.Parse(v, jsonv.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: %q is not JSON: %w", truncate(string(v), 40), err)
+	}
+	val, err := decodeValue(parsed)
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: %w", err)
+	}
+	return val, nil
+}
+
+// DecodeColumnValues decodes a JSON object of an ordinary table's
+// column values, by column name (see DecodeColumnValue): the Loser and
+// Winner of an append-only row's conflict, which is the whole row's
+// non-key columns.
+func DecodeColumnValues(v json.RawMessage) (map[string]any, error) {
+	parsed, err := jsonv.ParseObject(v, jsonv.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("drivesync: %q is not a JSON object of column values: %w", truncate(string(v), 40), err)
+	}
+	out := make(map[string]any, len(parsed.Members))
+	for _, m := range parsed.Members {
+		val, err := decodeValue(m.Value)
+		if err != nil {
+			return nil, fmt.Errorf("drivesync: column %s: %w", m.Key, err)
+		}
+		out[m.Key] = val
 	}
 	return out, nil
 }

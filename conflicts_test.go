@@ -1,12 +1,17 @@
 package drivesync
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drivesync/drivesync/internal/jsonv"
 )
 
 func (d *device) conflicts() []Conflict {
@@ -47,6 +52,9 @@ func TestConflictLog(t *testing.T) {
 	if c.Table != "notes" || c.Record != "n1" || !slices.Equal(c.Path, []string{"title"}) || string(c.Loser) != `"from a"` || string(c.Winner) != `"from b"` ||
 		c.LoserDevice != "dev-a" || c.WinnerDevice != "dev-b" || c.LoserVersion == 0 || c.WinnerVersion == 0 || c.At.IsZero() {
 		t.Fatalf("logged %+v", c)
+	}
+	if !sameValues(c.Key, []any{"n1"}) {
+		t.Fatalf("a document's conflict has Key %#v, want its id", c.Key)
 	}
 
 	// Sequential edits, and concurrent edits of different fields or
@@ -160,6 +168,27 @@ func TestConflictLogAppendOnly(t *testing.T) {
 	if len(ca[0].Path) != 0 || !strings.Contains(string(ca[0].Loser), "10") || !strings.Contains(string(ca[0].Winner), "11") || ca[0].WinnerDevice != "dev-b" {
 		t.Fatalf("a logged %+v", ca[0])
 	}
+	// The whole row is in conflict: its columns decode by name.
+	if !sameValues(ca[0].Key, []any{"E", int64(1)}) {
+		t.Fatalf("Key %#v, want E, 1", ca[0].Key)
+	}
+	for _, side := range []struct {
+		raw  json.RawMessage
+		want map[string]any
+	}{
+		{ca[0].Loser, map[string]any{"pixel_data": []byte{0x0A}, "crc32_u32": int64(10)}},
+		{ca[0].Winner, map[string]any{"pixel_data": []byte{0x0B}, "crc32_u32": int64(11)}},
+	} {
+		got, err := DecodeColumnValues(side.raw)
+		if err != nil || len(got) != len(side.want) {
+			t.Fatalf("DecodeColumnValues(%s) = %#v, %v; want %#v", side.raw, got, err, side.want)
+		}
+		for col, want := range side.want {
+			if !sameValue(got[col], want) {
+				t.Fatalf("DecodeColumnValues(%s)[%s] = %#v, want %#v", side.raw, col, got[col], want)
+			}
+		}
+	}
 	if err := a.eng.ResolveConflict(context.Background(), ca[0].ID, KeepWinner); err != nil {
 		t.Fatal(err)
 	}
@@ -228,4 +257,221 @@ func TestSeenNeverKeepsAChangeBack(t *testing.T) {
 	}
 	b.sync()
 	assertConverged(t, a, b)
+}
+
+// sameValue reports whether a and b are the same column value: the same
+// Go type and the same value, a float64 bit for bit (-0.0 is not 0.0).
+func sameValue(a, b any) bool {
+	switch a := a.(type) {
+	case nil:
+		return b == nil
+	case int64:
+		b, ok := b.(int64)
+		return ok && a == b
+	case float64:
+		b, ok := b.(float64)
+		return ok && math.Float64bits(a) == math.Float64bits(b)
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	case []byte:
+		b, ok := b.([]byte)
+		return ok && bytes.Equal(a, b)
+	}
+	return false
+}
+
+func sameValues(a, b []any) bool {
+	return slices.EqualFunc(a, b, sameValue)
+}
+
+// TestConflictKeySelectsTheRow: an ordinary table's conflict gives the
+// record's key as Go values, in the PRIMARY KEY's order, that select
+// exactly the app's row when bound as arguments, and its two values
+// decode to what each device's row held, for keys and values that SQL
+// text makes hard to read (quotes, commas, NUL bytes, empty and BLOB
+// keys, integers beyond 2^53, -0.0, infinities, TEXT that is not UTF-8).
+// Record stays the key as SQL text.
+func TestConflictKeySelectsTheRow(t *testing.T) {
+	remote := NewMemoryRemote()
+	schema := `CREATE TABLE cells (i INTEGER NOT NULL, v, s TEXT NOT NULL, b BLOB NOT NULL, PRIMARY KEY (b, s, i))`
+	a := rowsDevice(t, "dev-a", remote, schema, Table{Name: "cells"})
+	b := rowsDevice(t, "dev-b", remote, schema, Table{Name: "cells"})
+	keys := [][]any{
+		{[]byte{0x00, 0xFF}, `it's "day", 1`, int64(-7)},
+		{[]byte{}, `','`, int64(math.MinInt64)},
+		{[]byte(",'"), `a','b',X'00'`, int64(1<<53 + 1)},
+		{[]byte{0x00}, ``, int64(math.MaxInt64)},
+		{[]byte("'"), `,`, int64(0)},
+		{[]byte{0xFF}, "é ☃ 'q' \u2028 \\ \n", int64(-(1<<53 + 1))},
+		{[]byte{0x00, 0x00}, `''`, int64(1)},
+	}
+	// Each row's value on a, then on b (b syncs later and wins).
+	values := [][2]string{
+		{`NULL`, `1e308`},
+		{`9e999`, `-9e999`},
+		{`-0.0`, `5e-324`},
+		{`9223372036854775807`, `-9007199254740993`},
+		{`'it''s "x",' || char(0) || 'y'`, `CAST(X'FF61' AS TEXT)`},
+		{`X'00'`, `X''`},
+		{`''`, `0.1`},
+	}
+	for _, k := range keys {
+		a.exec(`INSERT INTO cells (b, s, i, v) VALUES (?, ?, ?, 'first')`, k...)
+	}
+	syncAll(t, a, b)
+	for i, k := range keys {
+		a.exec(`UPDATE cells SET v = `+values[i][0]+` WHERE b = ? AND s = ? AND i = ?`, k...)
+		b.exec(`UPDATE cells SET v = `+values[i][1]+` WHERE b = ? AND s = ? AND i = ?`, k...)
+	}
+	// What each row holds, as the driver reads it, by its key's index.
+	held := func(d *device, k []any) (key []any, v any) {
+		t.Helper()
+		rows, err := d.db.Query(`SELECT b, s, i, v FROM cells WHERE b = ? AND s = ? AND i = ?`, k...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			key = make([]any, 3)
+			if err := rows.Scan(&key[0], &key[1], &key[2], &v); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil || n != 1 {
+			t.Fatalf("%s: the key %#v selects %d rows (%v), want 1", d.name, k, n, err)
+		}
+		return key, v
+	}
+	var mine, theirs []any
+	for _, k := range keys {
+		_, v := held(a, k)
+		mine = append(mine, v)
+		_, v = held(b, k)
+		theirs = append(theirs, v)
+	}
+	syncAll(t, a, b)
+	cs := a.conflicts()
+	if len(cs) != len(keys) {
+		t.Fatalf("a logged %d conflicts, want %d: %+v", len(cs), len(keys), cs)
+	}
+	seen := map[int]bool{}
+	for _, c := range cs {
+		i := slices.IndexFunc(keys, func(k []any) bool { return sameValues(k, c.Key) })
+		if i < 0 || seen[i] {
+			t.Fatalf("conflict of record %s has Key %#v: no key of the table, or another conflict's", c.Record, c.Key)
+		}
+		seen[i] = true
+		key, v := held(a, c.Key)
+		if !sameValues(key, keys[i]) {
+			t.Fatalf("Key %#v selects the row of %#v", c.Key, key)
+		}
+		var record string
+		if err := a.db.QueryRow(`SELECT quote(b) || ',' || quote(s) || ',' || quote(i) FROM cells WHERE b = ? AND s = ? AND i = ?`, c.Key...).Scan(&record); err != nil || c.Record != record {
+			t.Fatalf("Record %q, want the key as SQL text %q (%v)", c.Record, record, err)
+		}
+		loser, err := DecodeColumnValue(c.Loser)
+		if err != nil || !sameValue(loser, mine[i]) {
+			t.Fatalf("record %s: DecodeColumnValue(%s) = %#v, %v; want a's value %#v", c.Record, c.Loser, loser, err, mine[i])
+		}
+		winner, err := DecodeColumnValue(c.Winner)
+		if err != nil || !sameValue(winner, theirs[i]) || !sameValue(winner, v) {
+			t.Fatalf("record %s: DecodeColumnValue(%s) = %#v, %v; want b's value %#v, which the row holds (%#v)", c.Record, c.Winner, winner, err, theirs[i], v)
+		}
+	}
+}
+
+// TestConflictKeyUnknown: a logged record that this device cannot read
+// as a key of its table, or of a table not registered, has no Key; the
+// log still lists it.
+func TestConflictKeyUnknown(t *testing.T) {
+	a := rowsDevice(t, "dev-a", NewMemoryRemote(), `CREATE TABLE kv (k TEXT PRIMARY KEY, v)`, Table{Name: "kv"})
+	for i, entry := range [][2]string{{"kv", "'open"}, {"kv", "7"}, {"gone", "'x'"}} {
+		a.exec(`INSERT INTO sync_conflicts (table_name, record_id, path, loser, loser_version, loser_device, winner, winner_version, winner_device, detected_at)
+VALUES (?1, ?2, '["v"]', '1', 1, 'x', '2', 2, 'y', ?3)`, entry[0], entry[1], fmt.Sprintf("2026-01-01T00:00:0%dZ", i))
+	}
+	cs := a.conflicts()
+	if len(cs) != 3 {
+		t.Fatalf("listed %d, want 3", len(cs))
+	}
+	for _, c := range cs {
+		if c.Key != nil {
+			t.Errorf("table %s, record %s: Key %#v, want nil", c.Table, c.Record, c.Key)
+		}
+	}
+}
+
+// TestDecodeColumnValueInvertsEncoding: every value a column can hold
+// decodes from its JSON form to the value the engine read, bit for bit.
+func TestDecodeColumnValueInvertsEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		typ  string
+		v    any
+		json string
+	}{
+		{"null", nil, `["null"]`},
+		{"integer", int64(0), `0`},
+		{"integer", int64(-7), `-7`},
+		{"integer", int64(1<<53 + 1), `9007199254740993`},
+		{"integer", int64(math.MaxInt64), `9223372036854775807`},
+		{"integer", int64(math.MinInt64), `-9223372036854775808`},
+		{"real", 0.0, `0.0`},
+		{"real", math.Copysign(0, -1), `-0.0`},
+		{"real", 100.0, `100.0`},
+		{"real", 0.1, `0.1`},
+		{"real", 1e308, `1e+308`},
+		{"real", -1e308, `-1e+308`},
+		{"real", 5e-324, `5e-324`},
+		{"real", float64(1<<53 + 2), `9.007199254740994e+15`},
+		{"real", math.Inf(1), `["real","inf"]`},
+		{"real", math.Inf(-1), `["real","-inf"]`},
+		{"text", "", `""`},
+		{"text", `it's "day", 1`, `"it's \"day\", 1"`},
+		{"text", "a\x00b\n\u2028é", `"a\u0000b\n` + "\u2028é" + `"`},
+		{"text", "\xff\xfe", `["text","//4="]`},
+		{"blob", []byte{}, `["blob",""]`},
+		{"blob", []byte{0x00, 0xFF}, `["blob","AP8="]`},
+		{"blob", []byte("abc"), `["blob","YWJj"]`},
+	} {
+		enc, err := encodeValue(tc.typ, tc.v)
+		if err != nil {
+			t.Fatalf("encodeValue(%s, %#v): %v", tc.typ, tc.v, err)
+		}
+		raw := json.RawMessage(jsonv.Encode(enc))
+		if string(raw) != tc.json {
+			t.Errorf("%s %#v encodes as %s, want %s (the documented form)", tc.typ, tc.v, raw, tc.json)
+		}
+		got, err := DecodeColumnValue(raw)
+		if err != nil || !sameValue(got, tc.v) {
+			t.Errorf("DecodeColumnValue(%s) = %#v, %v; want %#v", raw, got, err, tc.v)
+		}
+	}
+	// SQLite stores no NaN; the engine writes one as NULL.
+	if enc, _ := encodeValue("real", math.NaN()); string(jsonv.Encode(enc)) != `["null"]` {
+		t.Errorf("NaN encodes as %s", jsonv.Encode(enc))
+	}
+}
+
+// TestDecodeColumnValueRefuses: JSON that is no column value's form is
+// an error naming it, never a guess.
+func TestDecodeColumnValueRefuses(t *testing.T) {
+	for _, raw := range []string{``, `null`, `true`, `{}`, `{"a":1}`, `[]`, `["null",1]`, `["blob"]`, `["blob","!!"]`,
+		`["real","nan"]`, `["real","Inf"]`, `["date","x"]`, `1e999`, `99999999999999999999`, `"open`, `1 2`} {
+		got, err := DecodeColumnValue(json.RawMessage(raw))
+		if err == nil {
+			t.Errorf("DecodeColumnValue(%s) = %#v, want an error", raw, got)
+			continue
+		}
+		if raw != "" && !strings.Contains(err.Error(), raw) {
+			t.Errorf("DecodeColumnValue(%s): %v does not name the value", raw, err)
+		}
+	}
+	if got, err := DecodeColumnValues(json.RawMessage(`{"a":1,"b":{"c":2}}`)); err == nil || !strings.Contains(err.Error(), "b") {
+		t.Errorf("DecodeColumnValues of a nested object = %#v, %v; want an error naming column b", got, err)
+	}
+	if got, err := DecodeColumnValues(json.RawMessage(`"x"`)); err == nil {
+		t.Errorf("DecodeColumnValues of a string = %#v, want an error", got)
+	}
 }
