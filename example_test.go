@@ -73,3 +73,83 @@ func Example() {
 	// {"body":"milk, eggs","title":"shopping"} | title column: shopping
 	// {"body":"milk, eggs","title":"shopping"} | title column: shopping
 }
+
+// A row of an ordinary table, whose key has three columns, edited on two
+// devices at once. The device whose values lost finds them in the
+// conflict log: the row's key as Go values, which select the row, and
+// each column's two values decoded from the engine's typed JSON.
+func ExampleEngine_Conflicts_ordinaryTable() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "drivesync-example")
+	defer os.RemoveAll(dir)
+	remote := drivesync.NewMemoryRemote()
+	open := func(name string) (*sql.DB, *drivesync.Engine) {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, name+".db")+
+			"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := db.Exec(`CREATE TABLE readings (sensor BLOB NOT NULL, label TEXT NOT NULL, day INTEGER NOT NULL,
+			value REAL, photo BLOB, PRIMARY KEY (sensor, label, day))`); err != nil {
+			log.Fatal(err)
+		}
+		eng, err := drivesync.Open(ctx, db, drivesync.Config{Remote: remote, Tables: []drivesync.Table{{Name: "readings"}}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return db, eng
+	}
+	laptop, laptopSync := open("laptop")
+	phone, phoneSync := open("phone")
+	defer laptop.Close()
+	defer phone.Close()
+	sync := func(engines ...*drivesync.Engine) {
+		for _, eng := range engines {
+			if _, err := eng.Sync(ctx); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+
+	laptop.Exec(`INSERT INTO readings VALUES (X'00FF', 'it''s "day", 1', -7, 20.5, X'01')`)
+	sync(laptopSync, phoneSync)
+	// Both change the same columns before syncing; the phone syncs later
+	// and wins. (9e999 is SQLite's +Inf.)
+	laptop.Exec(`UPDATE readings SET value = 9e999, photo = X'AAAA'`)
+	phone.Exec(`UPDATE readings SET value = NULL, photo = X'BB'`)
+	sync(laptopSync, phoneSync, laptopSync)
+
+	cs, err := laptopSync.Conflicts(ctx, drivesync.ConflictFilter{Table: "readings"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("record:", cs[0].Record)
+	for i, v := range cs[0].Key {
+		fmt.Printf("key %d: %T %#v\n", i, v, v)
+	}
+	for _, c := range cs {
+		mine, err := drivesync.DecodeColumnValue(c.Loser)
+		if err != nil {
+			log.Fatal(err)
+		}
+		theirs, err := drivesync.DecodeColumnValue(c.Winner)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: yours %s = %#v, theirs %s = %#v\n", c.Path[0], c.Loser, mine, c.Winner, theirs)
+	}
+	var value, photo string
+	err = laptop.QueryRow(`SELECT quote(value), quote(photo) FROM readings WHERE sensor = ? AND label = ? AND day = ?`, cs[0].Key...).Scan(&value, &photo)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the laptop's row now holds value", value, "and photo", photo)
+	// Output:
+	// record: X'00FF','it''s "day", 1',-7
+	// key 0: []uint8 []byte{0x0, 0xff}
+	// key 1: string "it's \"day\", 1"
+	// key 2: int64 -7
+	// value: yours ["real","inf"] = +Inf, theirs ["null"] = <nil>
+	// photo: yours ["blob","qqo="] = []byte{0xaa, 0xaa}, theirs ["blob","uw=="] = []byte{0xbb}
+	// the laptop's row now holds value NULL and photo X'BB'
+}
