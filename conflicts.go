@@ -56,10 +56,10 @@ type Conflict struct {
 	// Key is the record's key as Go values, in the order of the table's
 	// PRIMARY KEY: int64 (INTEGER), string (TEXT) or []byte (BLOB); a
 	// key never holds NULL or REAL. Bound as arguments it selects the
-	// app's row, db.QueryRow("SELECT ... WHERE k1 = ? AND k2 = ?",
-	// c.Key...) (a key column declared with another collation compares
-	// as the engine compares keys with COLLATE BINARY). A document's Key
-	// is its id, a string. Key is nil for a table this Engine does not
+	// app's row: db.QueryRow("SELECT ... WHERE k1 = ? AND k2 = ?",
+	// c.Key...) (the engine compares keys by BINARY: say k1 = ? COLLATE
+	// BINARY where k1 declares another collation). A document's Key is
+	// its id, a string. Key is nil for a table this Engine does not
 	// sync, and for a record id that is no key of its table (a record
 	// another device wrote that this table cannot hold, which Sync
 	// reports in Report.Unwritten).

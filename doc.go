@@ -58,7 +58,9 @@
 //
 // What a concurrent write overwrote is kept in the conflict log
 // (Engine.Conflicts), on the side that lost; ResolveConflict brings it
-// back (KeepLoser) or dismisses it (KeepWinner).
+// back (KeepLoser) or dismisses it (KeepWinner). For an ordinary table,
+// Conflict.Key is the row's key as Go values and DecodeColumnValue reads
+// the two values, which the log keeps as typed JSON.
 //
 // # On top of Sync
 //
