@@ -88,7 +88,6 @@ type Conflict struct {
 // ConflictFilter selects conflicts; zero fields select all.
 type ConflictFilter struct {
 	Table, Record string
-	Key           []any
 	Since         time.Time // detected at or after
 	Limit         int       // at most this many, newest first
 }
