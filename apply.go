@@ -166,7 +166,7 @@ func (s *applier) apply(ctx context.Context) error {
 			continue // the records pulled from a Server: no file to record
 		}
 		s.report.Downloaded = append(s.report.Downloaded, d.name)
-		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?, 'applied', ?)`, d.name, max(d.size, 0)); err != nil {
+		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq, holds) VALUES (?, 'applied', ?, ?, ?)`, d.name, max(d.size, 0), d.seq, heldText(d.holds)); err != nil {
 			return err
 		}
 		e.progress("apply", i+1, total)
@@ -571,18 +571,24 @@ func (s *applier) recordFiles(ctx context.Context) error {
 		}
 		return setMeta(ctx, s.conn, metaServerCursor, s.l.serverCursor)
 	}
+	gained := s.f.gained()
 	for _, up := range s.p.uploads {
 		fi, err := up.f.Stat()
 		if err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, up.name, fi.Size()); err != nil {
+		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq) VALUES (?1, 'applied', ?2, ?3)`, up.name, fi.Size(), up.seq); err != nil {
 			return err
 		}
 		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
 			return err
 		}
+		gained.add(s.e.deviceID, up.seq, up.seq)
 	}
+	if err := holdAlso(ctx, s.conn, gained); err != nil {
+		return err
+	}
+
 	for _, r := range s.report.Rejected {
 		if err := s.exec(ctx, `INSERT INTO sync_files (name, status, size, detail, checked_at, reader, attempts) VALUES (?1, 'rejected', ?2, ?3, ?4, ?5, 1)
 ON CONFLICT (name) DO UPDATE SET size = excluded.size, detail = excluded.detail, checked_at = excluded.checked_at, reader = excluded.reader,
@@ -610,6 +616,17 @@ ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'app
 			return err
 		}
 		newest = max(newest, f.Name)
+	}
+	// What the snapshots whose headers this sync read hold, for
+	// findVanished; a header that says nothing holds nothing.
+	for name, h := range s.f.headers {
+		holds := h.holds
+		if holds == nil {
+			holds = heldSet{}
+		}
+		if err := s.exec(ctx, `UPDATE sync_files SET holds = ?2 WHERE name = ?1`, name, heldText(holds)); err != nil {
+			return err
+		}
 	}
 	for _, d := range s.f.files {
 		if d.kind == kindSnapshot {
@@ -644,6 +661,9 @@ ON CONFLICT (name) DO UPDATE SET status = CASE WHEN status = 'applied' THEN 'app
 					return err
 				}
 			}
+		}
+		if err := setMeta(ctx, s.conn, metaListedAll, s.l.cursor.UTC().Format(time.RFC3339Nano)); err != nil {
+			return err
 		}
 	}
 	if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(s.p.maxSeen, 10)); err != nil {

@@ -265,13 +265,25 @@ func (f *fetcher) settleChecked(ctx context.Context) error {
 	lacking := func(n string) bool { return !holds(n) }
 	for changed := true; changed; {
 		changed = false
+		// The file numbers this device holds once the downloads and the
+		// snapshots loaded so far are applied (see vanished.go).
+		numbers := f.out.held.clone()
+		for _, d := range f.download {
+			if d.spool != nil && d.seq > 0 {
+				_, _, device, _ := parseFileName(d.name)
+				numbers.add(device, d.seq, d.seq)
+			}
+		}
+		for _, d := range f.loaded {
+			numbers.addAll(d.holds)
+		}
 		var unsettled []RemoteFile
 		f.out.checked = slices.DeleteFunc(f.out.checked, func(snap RemoteFile) bool {
 			if f.out.covers[snap.Name] {
 				return false // a loaded snapshot knows it: it holds what snap holds
 			}
 			h := f.headers[snap.Name]
-			if !slices.ContainsFunc(h.included, lacking) && !slices.ContainsFunc(h.knows, lacking) {
+			if !slices.ContainsFunc(h.included, lacking) && !slices.ContainsFunc(h.knows, lacking) && h.holds.minus(numbers).runs() == 0 {
 				return false
 			}
 			delete(checked, snap.Name)
@@ -394,5 +406,11 @@ func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 		return h, f.readFailed(ctx, d, src, spoolErr, err)
 	}
 	f.keep(d, sp, maxV)
+	d.seq = h.seq
+	if d.kind == kindSnapshot {
+		if d.holds = h.holds; d.holds == nil {
+			d.holds = heldSet{} // an older engine's: it says nothing
+		}
+	}
 	return h, nil
 }

@@ -407,7 +407,7 @@ func TestCancelDuringSync(t *testing.T) {
 // reads its outbox back, must fail with that read error.
 func TestCancelAtEndOfFile(t *testing.T) {
 	raw := gzipBytes([]byte(evilFile(goodChange)))
-	err := decodePatchFile(io.MultiReader(bytes.NewReader(raw), iotest.ErrReader(context.Canceled)), evilDev, 1<<20, 1<<20,
+	_, err := decodePatchFile(io.MultiReader(bytes.NewReader(raw), iotest.ErrReader(context.Canceled)), evilDev, 1<<20, 1<<20,
 		func(fileChange) error { return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want an error matching context.Canceled", err)

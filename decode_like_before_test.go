@@ -43,7 +43,7 @@ func collectChanges(out *[]fileChange) func(fileChange) error {
 func decodeBothGzip(t *testing.T, data, in []byte, l Limits) {
 	t.Helper()
 	var got, want []fileChange
-	gerr := decodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&got))
+	_, gerr := decodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&got))
 	werr := refDecodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&want))
 	sameResult(t, "patch file", data, gerr, werr, got, want)
 

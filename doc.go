@@ -107,4 +107,12 @@
 // Report.Rejected, read again later, and does not stop the other files or
 // the upload. A file a device cannot read reaches it through a snapshot
 // that holds it.
+//
+// Files can also vanish: a sync tool loses one, a user cleans the folder.
+// Each device numbers the files it publishes, so a device that holds a
+// file no longer on the remote finds it gone, reports it in
+// Report.Vanished and writes a snapshot that holds it, from which the
+// devices that missed it take it; a device that received a later file
+// of a device but not an earlier one reports the earlier in
+// Report.Missing and Status.Missing until then.
 package drivesync

@@ -150,6 +150,18 @@ type Report struct {
 	// compaction removed from the remote.
 	Snapshot string
 	Deleted  int
+	// Vanished lists files that this device holds and that are gone from
+	// the remote although nothing there holds them any more: a sync tool
+	// lost them, or someone removed them. This sync wrote a snapshot that
+	// holds them (Snapshot), from which every device that missed them
+	// takes them. Files are named by their writers' numbers (see FileSpan).
+	Vanished []FileSpan
+	// Missing lists files of other devices that this device has not
+	// received although it holds later files of the same device: lost
+	// from the remote, or still on their way through a sync tool. A sync
+	// takes them from a snapshot that holds them as soon as one is there;
+	// a device that holds them writes one when it finds them gone.
+	Missing []FileSpan
 	// Unwritten lists synced records whose row the app's table refused
 	// (a UNIQUE, NOT NULL or CHECK constraint on a projection column, a
 	// foreign key) and still refuses at the end of this sync. sync_states

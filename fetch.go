@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -38,11 +39,16 @@ type fetched struct {
 	listed   map[string]bool // the listing's names
 	maxSeen  int64           // the largest version in the files
 	joining  bool            // JoinRemote was called: a snapshot is loaded, then a merge file uploaded
+	// held is what sync_held held when the fetch began; vanished the
+	// numbers of it that no file on the remote carries or holds any more
+	// (see findVanished).
+	held, vanished heldSet
+	headers        map[string]stateHeader // the snapshot headers read
 }
 
 // empty reports whether the fetch found nothing to apply or record.
 func (f *fetched) empty() bool {
-	return len(f.files) == 0 && len(f.rejected) == 0 && len(f.checked) == 0 && len(f.forget) == 0
+	return len(f.files) == 0 && len(f.rejected) == 0 && len(f.checked) == 0 && len(f.forget) == 0 && len(f.headers) == 0
 }
 
 // A downloaded file is one the fetch reads: a patch, merge or snapshot
@@ -51,8 +57,10 @@ type downloaded struct {
 	name   string
 	size   int64 // -1 when read by name, not from a listing
 	kind   fileKind
-	byName bool   // a rejected file the listing no longer shows, read again
-	spool  *spool // nil until downloaded and valid
+	byName bool    // a rejected file the listing no longer shows, read again
+	spool  *spool  // nil until downloaded and valid
+	seq    int64   // a patch or merge file's number among its device's (0: none)
+	holds  heldSet // the numbers a loaded snapshot holds
 }
 
 // rejectedFile is what a rejection was decided under.
@@ -65,9 +73,11 @@ type rejectedFile struct {
 type knownFile struct {
 	status    string // fileApplied, fileChecked or fileRejected
 	size      int64
-	checkedAt int64  // when it was rejected, by the remote's clock (Unix seconds)
-	reader    string // Limits.key when it was rejected
-	attempts  int64  // reads that rejected it in a row
+	checkedAt int64   // when it was rejected, by the remote's clock (Unix seconds)
+	reader    string  // Limits.key when it was rejected
+	attempts  int64   // reads that rejected it in a row
+	seq       int64   // a patch or merge file's number (0: none or unknown)
+	holds     heldSet // a snapshot's numbers it holds (nil: unknown)
 }
 
 // held reports whether this device holds what the file holds: it applied
@@ -100,6 +110,10 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 	if f.out.ledger, err = loadLedger(ctx, s.conn); err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
+	if f.out.held, err = loadHeld(ctx, s.conn); err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
+	f.out.vanished = heldSet{}
 	var snaps []RemoteFile
 	for _, file := range l.files {
 		kind, _, _, ok := parseFileName(file.Name)
@@ -164,13 +178,17 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 			f.out.files = append(f.out.files, d)
 		}
 	}
+	if err := f.findVanished(ctx); err != nil {
+		return nil, err
+	}
+	f.out.headers = f.headers
 	return f.out, nil
 }
 
 // loadLedger reads sync_files.
 func loadLedger(ctx context.Context, q querier) (map[string]knownFile, error) {
 	ledger := map[string]knownFile{}
-	rows, err := q.QueryContext(ctx, `SELECT name, status, size, checked_at, reader, attempts FROM sync_files`)
+	rows, err := q.QueryContext(ctx, `SELECT name, status, size, checked_at, reader, attempts, seq, holds FROM sync_files`)
 	if err != nil {
 		return nil, err
 	}
@@ -178,8 +196,14 @@ func loadLedger(ctx context.Context, q querier) (map[string]knownFile, error) {
 	for rows.Next() {
 		var name string
 		var k knownFile
-		if err := rows.Scan(&name, &k.status, &k.size, &k.checkedAt, &k.reader, &k.attempts); err != nil {
+		var holds sql.NullString
+		if err := rows.Scan(&name, &k.status, &k.size, &k.checkedAt, &k.reader, &k.attempts, &k.seq, &holds); err != nil {
 			return nil, err
+		}
+		if holds.Valid {
+			if k.holds, err = parseHeld([]byte(holds.String), math.MaxInt64); err != nil {
+				return nil, fmt.Errorf("sync_files %s: holds: %w", name, err)
+			}
 		}
 		ledger[name] = k
 	}
@@ -257,7 +281,7 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 	var spoolErr error
 	progress := &progressReader{r: rc, e: e}
 	src := &countingReader{r: &limitedReader{r: progress, n: f.limits.MaxFileSize, what: "compressed file"}}
-	err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
+	d.seq, err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
 		progress.report()
 		maxV = max(maxV, c.version)
 		spoolErr = sp.add(c)

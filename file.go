@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +28,11 @@ import (
 //
 //	{"format":1,"device":"<device id>","changes":[
 //	  {"table_name":"notes","record_id":"<id>","patch":{...},"is_deleted":false,"sync_version":124},
-//	  ...]}
+//	  ...],"seq":17}
+//
+// seq numbers the file among its device's files (1, 2, 3, ...; see
+// vanished.go); files of engines that did not number them have none, and
+// readers that do not know it skip it.
 //
 // patch is an RFC 7396 merge patch against the record's last synced state;
 // a physical delete has is_deleted true and an empty patch. A write with
@@ -185,8 +190,23 @@ type patchWriter struct {
 	flushedIn, flushedOut int64
 }
 
-// patchTrailer ends a patch file's JSON.
-const patchTrailer = "\n]}\n"
+// patchTrailer ends a patch file's JSON, after its changes: with the
+// file's number among its device's files ("seq", see vanished.go), known
+// only once the plan knows which files it sends, or without it.
+func patchTrailer(seq int64) []byte {
+	if seq == 0 {
+		return []byte("\n]}\n")
+	}
+	return fmt.Appendf(nil, "\n],\"seq\":%d}\n", seq)
+}
+
+// maxTrailer bounds the length of a patch file's trailer, and
+// maxTrailerMember that of the trailer as a gzip member of its own (a
+// stored deflate block and gzip's header and footer around it).
+const (
+	maxTrailer       = int64(len("\n],\"seq\":") + 19 + len("}\n"))
+	maxTrailerMember = maxTrailer + 64
+)
 
 // newPatchWriter starts a patch file of the given format.
 func newPatchWriter(w io.Writer, device string, format int, l Limits) (*patchWriter, error) {
@@ -245,12 +265,12 @@ func (pw *patchWriter) add(entries []byte) (bool, error) {
 	if pw.n == 0 {
 		entries = entries[1:] // no comma before the first
 	}
-	if pw.in+int64(len(entries))+int64(len(patchTrailer)) > pw.maxExpanded {
+	if pw.in+int64(len(entries))+maxTrailer > pw.maxExpanded {
 		return false, nil
 	}
 	if pw.bw != nil {
 		bound := func() int64 {
-			x := pw.in - pw.flushedIn + int64(len(entries)) + int64(len(patchTrailer))
+			x := pw.in - pw.flushedIn + int64(len(entries)) + maxTrailer
 			return pw.flushedOut + x + x/64 + 64
 		}
 		if bound() > pw.maxFile && pw.flushedIn < pw.in {
@@ -272,7 +292,7 @@ func (pw *patchWriter) add(entries []byte) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if pw.out.n+int64(len(m)+len(trailerMember)) > pw.maxFile {
+	if pw.out.n+int64(len(m))+maxTrailerMember > pw.maxFile {
 		return false, nil
 	}
 	pw.in += int64(len(entries))
@@ -301,9 +321,6 @@ func (pw *patchWriter) endStream() error {
 	return pw.gz.Close()
 }
 
-// trailerMember is patchTrailer as a gzip member of its own.
-var trailerMember, _ = gzipMember([]byte(patchTrailer))
-
 // gzipMember returns b compressed as one gzip member.
 func gzipMember(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
@@ -318,19 +335,27 @@ func gzipMember(b []byte) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// close ends the file. Its sizes are checked once more: a file over the
-// store's limits would be rejected by every reader.
-func (pw *patchWriter) close() error {
-	pw.in += int64(len(patchTrailer))
+// close ends the file, numbered seq (0: no number). Its sizes are
+// checked once more: a file over the store's limits would be rejected by
+// every reader.
+func (pw *patchWriter) close(seq int64) error {
+	trailer := patchTrailer(seq)
+	pw.in += int64(len(trailer))
 	if pw.bw != nil {
-		if _, err := pw.bw.WriteString(patchTrailer); err != nil {
+		if _, err := pw.bw.Write(trailer); err != nil {
 			return err
 		}
 		if err := pw.endStream(); err != nil {
 			return err
 		}
-	} else if _, err := pw.out.Write(trailerMember); err != nil {
-		return err
+	} else {
+		m, err := gzipMember(trailer)
+		if err != nil {
+			return err
+		}
+		if _, err := pw.out.Write(m); err != nil {
+			return err
+		}
 	}
 	if pw.in > pw.maxExpanded || pw.out.n > pw.maxFile {
 		return fmt.Errorf("patch file of %d bytes (%d uncompressed) is over the store's limits (%d, %d)", pw.out.n, pw.in, pw.maxFile, pw.maxExpanded)
@@ -515,14 +540,15 @@ const (
 )
 
 // decodePatchFile reads a whole patch file from r (gzip), validates every
-// change and hands each to emit. The file's device must be wantDevice (the
-// one its name claims). Nothing is emitted for a file that fails after
-// emit was called: callers spool the changes and discard the spool on
-// error, so a malformed file is never half-applied.
-func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int64, emit func(fileChange) error) error {
+// change, hands each to emit, and returns the file's number (0: none).
+// The file's device must be wantDevice (the one its name claims).
+// Nothing is emitted for a file that fails after emit was called: callers
+// spool the changes and discard the spool on error, so a malformed file is
+// never half-applied.
+func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int64, emit func(fileChange) error) (seq int64, err error) {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
-		return fmt.Errorf("not gzip: %w", err)
+		return 0, fmt.Errorf("not gzip: %w", err)
 	}
 	defer gz.Close()
 	s := newJSONStream(&limitedReader{r: gz, n: maxExpanded, what: "uncompressed content"})
@@ -531,7 +557,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 	// cannot make it hold the whole file.
 	valueBound := boundFor(maxRecord)
 	if err := s.token('{'); err != nil {
-		return err
+		return 0, err
 	}
 	var format int64
 	var device string
@@ -540,7 +566,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 	for n := 0; ; n++ {
 		key, ok, err := s.member(n)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if !ok {
 			break
@@ -548,31 +574,36 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 		if seen[key] {
 			// Readers disagree on repeated members (first or last
 			// wins?): an untrusted file must not be read two ways.
-			return fmt.Errorf("member %q appears twice", key)
+			return 0, fmt.Errorf("member %q appears twice", key)
 		}
 		seen[key] = true
 		switch key {
 		case "format":
 			var n json.Number
 			if err := s.decode(&n); err != nil {
-				return fmt.Errorf("format: %w", err)
+				return 0, fmt.Errorf("format: %w", err)
 			}
 			if format, err = n.Int64(); err != nil || format < 1 {
-				return fmt.Errorf("format %q is not a positive integer", n)
+				return 0, fmt.Errorf("format %q is not a positive integer", n)
 			}
 			if format > patchFormat {
-				return fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, patchFormat)
+				return 0, fmt.Errorf("%w: format %d; this app reads up to %d", ErrUnsupportedFormat, format, patchFormat)
 			}
 		case "device":
 			if err := s.decode(&device); err != nil {
-				return fmt.Errorf("device: %w", err)
+				return 0, fmt.Errorf("device: %w", err)
 			}
 			if device != wantDevice {
-				return fmt.Errorf("file says device %q but its name says %q", device, wantDevice)
+				return 0, fmt.Errorf("file says device %q but its name says %q", device, wantDevice)
+			}
+		case "seq":
+			s.setLimit(valueBound)
+			if seq, err = decodeSeq(s); err != nil {
+				return 0, err
 			}
 		case "changes":
 			if format == 0 || device == "" {
-				return errors.New(`"format" and "device" must come before "changes"`)
+				return 0, errors.New(`"format" and "device" must come before "changes"`)
 			}
 			err := s.elements(valueBound, "change", func(i int, raw []byte) error {
 				var e fileEntry
@@ -587,20 +618,36 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 				return emit(c)
 			})
 			if err != nil {
-				return err
+				return 0, err
 			}
 			sawChanges = true
 		default: // a member of a later format
 			s.setLimit(valueBound)
 			if err := s.skip(); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
 	if !sawChanges {
-		return errors.New(`no "changes"`)
+		return 0, errors.New(`no "changes"`)
 	}
-	return s.atEnd()
+	return seq, s.atEnd()
+}
+
+// decodeSeq reads a file's number. A value that is not a positive
+// integer is no number (0): an engine that does not know the member
+// skips it, and whether a file is readable must not depend on the
+// version that reads it.
+func decodeSeq(s *jsonStream) (int64, error) {
+	var raw json.RawMessage
+	if err := s.decode(&raw); err != nil {
+		return 0, fmt.Errorf("seq: %w", err)
+	}
+	seq, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || seq < 1 {
+		return 0, nil
+	}
+	return seq, nil
 }
 
 func validateEntry(e fileEntry, format, maxRecord int64) (fileChange, error) {

@@ -262,6 +262,10 @@ func (r *FolderRemote) List(ctx context.Context, since time.Time) ([]RemoteFile,
 	return files, nil
 }
 
+// listsEverything says that List shows the whole folder, whatever since
+// is (see listsEverything).
+func (r *FolderRemote) listsEverything() bool { return true }
+
 // folderTouched reports whether the folder d was made or changed within
 // folderTempMaxAge of now, by its modification time: a Create may have
 // just made it, or a sync tool be filling it. List leaves such a folder

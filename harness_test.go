@@ -330,6 +330,10 @@ type world struct {
 	// Snapshot in the middle of this device's reading of a snapshot: a
 	// compaction that deletes files this sync listed but has not read.
 	interleave func(reader string)
+	// noSnapshots: the store's remote refuses every snapshot (a sync
+	// server's small file limit), so no file may vanish. compacted: a
+	// compaction deleted files in this schedule.
+	noSnapshots, compacted bool
 }
 
 // damage is how one device reads one file for a while.
@@ -864,6 +868,9 @@ func (d *hdevice) run(rt *rapid.T, snapshot bool, crashAt, writeAt string, write
 		d.checkGens(rt)
 	}
 	countReport(r, snapshot, fresh)
+	if r.Deleted > 0 {
+		d.remote.w.compacted = true
+	}
 	for _, u := range r.Unwritten {
 		if strings.Contains(u.Err.Error(), "CHECK constraint failed") {
 			count("rows dev-0's CHECK refused")
@@ -1077,6 +1084,80 @@ func hostileFile(rt *rapid.T, w *world, devs []*hdevice, label string) {
 	rt.Logf("hostile file %s at version %d", name, v)
 }
 
+// vanishFile removes a file of the store from the remote behind the
+// devices' backs, as a sync tool that loses it or a user cleaning the
+// folder does: half the time the newest patch file (which other devices
+// have mostly not read yet), else any patch, merge or snapshot file,
+// before or after compaction took what a snapshot holds. The devices
+// that hold it must find it gone and heal the others from a snapshot.
+func vanishFile(rt *rapid.T, w *world, devs []*hdevice) {
+	ctx := context.Background()
+	base := devs[0].remote.base
+	var files []RemoteFile
+	var err error
+	for range 10 { // past the fake Drive's injected faults
+		if files, err = base.List(ctx, time.Time{}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		rt.Fatal(err)
+	}
+	var names, patches []string
+	for _, f := range files {
+		kind, _, device, ok := parseFileName(f.Name)
+		if !ok || strings.HasPrefix(device, "hostile-") {
+			// The marker, key checks, and files of no device: those
+			// carry no number, which only files of engines that did not
+			// number theirs lack, and no device holds them as its own.
+			continue
+		}
+		names = append(names, f.Name)
+		if kind == kindPatch {
+			patches = append(patches, f.Name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	slices.Sort(patches)
+	name := names[rapid.IntRange(0, len(names)-1).Draw(rt, "vanish")]
+	if len(patches) > 0 && rapid.Bool().Draw(rt, "vanishNewest") {
+		name = patches[len(patches)-1]
+		count("vanish: the newest patch file")
+	}
+	for range 10 {
+		if err = base.Delete(ctx, name); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		rt.Fatal(err)
+	}
+	kind, _, _, _ := parseFileName(name)
+	count("vanish: a " + strings.TrimSuffix(kindPrefixes[kind], "_") + " file")
+	if w.compacted {
+		count("vanish: after a compaction")
+	}
+	unread := 0
+	for _, d := range devs {
+		var held bool
+		if d.db != nil {
+			d.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM sync_files WHERE name = ?1 AND status IN ('applied', 'checked'))`, name).Scan(&held)
+		}
+		if !held {
+			unread++
+		}
+	}
+	if unread > 0 {
+		count("vanish: a file some device had not read")
+	} else {
+		count("vanish: a file every device had read")
+	}
+	rt.Logf("%s vanishes from the remote (%d devices had not read it)", name, unread)
+}
+
 // rejectedUnexpectedly returns the rejections that are not of the
 // schedule's hostile files.
 func (w *world) rejectedUnexpectedly(r Report) []FileError {
@@ -1102,6 +1183,15 @@ func countReport(r Report, snapshot, fresh bool) {
 	if r.Deleted > 0 {
 		count("compactions that deleted")
 		countN("files compacted away", r.Deleted)
+	}
+	if len(r.Vanished) > 0 {
+		count("syncs that found files vanished")
+		if r.Snapshot != "" {
+			count("snapshots written for vanished files")
+		}
+	}
+	if len(r.Missing) > 0 {
+		count("syncs that reported files missing")
 	}
 	for _, name := range r.Downloaded {
 		switch {
@@ -1491,6 +1581,9 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 			count("schedules of an encrypted store on a sync server's files")
 			if smallLimits {
 				count("schedules of an encrypted store on a sync server's files, with small limits")
+				// Its file limit refuses every snapshot: a file that
+				// vanishes has nothing to be healed from.
+				w.noSnapshots = true
 			}
 		}
 		w.keys = []Key{Passphrase("harness key 1")}
@@ -1621,6 +1714,7 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		rt.Logf("  (while %s reads) %s: Snapshot %v -> downloaded %v, snapshot %q, deleted %d, err %v", reader, d.name, snapshot, r.Downloaded, r.Snapshot, r.Deleted, err)
 		if r.Deleted > 0 {
 			count("compactions while another device reads a snapshot")
+			w.compacted = true
 		}
 	}
 	w.faults = true
@@ -1650,7 +1744,7 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 				count("fault " + kind)
 			}
 		}
-		switch rapid.IntRange(0, 18).Draw(rt, "action") {
+		switch rapid.IntRange(0, 19).Draw(rt, "action") {
 		case 0, 1, 2, 3:
 			m.write(rt, d, label)
 		case 4, 5:
@@ -1794,6 +1888,12 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 				}
 			}
 			d.setDetached(rt, !d.detached)
+		case 19:
+			if w.server || w.noSnapshots {
+				d.sync(rt, "", "", nil)
+				break
+			}
+			vanishFile(rt, w, devs)
 		}
 	}
 	// Quiescence: no faults, every file visible, sync until nothing moves.
@@ -2047,7 +2147,7 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 			if err != nil {
 				rt.Fatalf("%s: sync without faults: %v", d.name, err)
 			}
-			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 || r.ChangesReceived > 0 {
+			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 || r.ChangesReceived > 0 || r.Snapshot != "" {
 				moved = true
 			}
 			for _, u := range r.Unwritten {
@@ -2146,6 +2246,11 @@ func checkConverged(rt *rapid.T, devs []*hdevice, m *model) {
 		d.db.QueryRow(`PRAGMA integrity_check`).Scan(&integrity)
 		if pending != 0 || integrity != "ok" {
 			rt.Fatalf("%s: %d pending, integrity %q", d.name, pending, integrity)
+		}
+		// Every file a device had not received, vanished or not, was
+		// healed by a snapshot.
+		if st, err := d.eng.Status(context.Background()); err != nil || len(st.Missing) > 0 {
+			rt.Fatalf("%s: files missing after quiescence: %v (Status: %v)", d.name, st.Missing, err)
 		}
 	}
 	checkExtra(rt, devs, m)

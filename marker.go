@@ -330,6 +330,9 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_files`); err != nil {
 			return err
 		}
+		if _, err := s.conn.ExecContext(ctx, `DELETE FROM sync_held`); err != nil {
+			return err
+		}
 		j := ""
 		if join {
 			j = "1"
@@ -342,7 +345,7 @@ func (s *syncRun) rebind(ctx context.Context, store string, join bool) error {
 		if err := keepUploads(ctx, s.conn); err != nil {
 			return err
 		}
-		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}} {
+		for _, kv := range [][2]string{{metaStore, store}, {metaStoreClaim, ""}, {metaCursor, ""}, {metaSnapshot, ""}, {metaCompact, ""}, {metaJoin, j}, {metaRemoteID, ""}, {metaServerCursor, ""}, {metaKeyVerified, ""}, {metaListedAll, ""}, {metaHealFailed, ""}, {metaMergeSeq, ""}} {
 			if err := setMeta(ctx, s.conn, kv[0], kv[1]); err != nil {
 				return err
 			}

@@ -225,7 +225,8 @@ func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) err
 	defer sp.close()
 	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
 	counted := &countingReader{r: src}
-	if err := decodePatchFile(counted, e.deviceID, math.MaxInt64, math.MaxInt64, sp.add); err != nil {
+	seq, err := decodePatchFile(counted, e.deviceID, math.MaxInt64, math.MaxInt64, sp.add)
+	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -243,7 +244,10 @@ func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) err
 			return err
 		}
 		if ledger {
-			if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, name, counted.n); err != nil {
+			if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq) VALUES (?1, 'applied', ?2, ?3)`, name, counted.n, seq); err != nil {
+				return err
+			}
+			if err := holdAlso(ctx, s.conn, heldSet{}.with(e.deviceID, seq)); err != nil {
 				return err
 			}
 		}
@@ -392,10 +396,17 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		if stored != p.base {
-			return errors.New("another Engine synced this database at the same time; use one Engine per database, then sync again")
+		lastSeq, err := s.lastFileSeq(ctx)
+		if err != nil {
+			return err
+		}
+		if stored != p.base || lastSeq != p.lastSeq {
+			return errConcurrentEngine
 		}
 		if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(p.maxSeen, 10)); err != nil {
+			return err
+		}
+		if err := s.setLastFileSeq(ctx, p.seq); err != nil {
 			return err
 		}
 		for _, up := range p.uploads {
@@ -415,6 +426,10 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 	}
 	return nil
 }
+
+// errConcurrentEngine is what a sync says when another Engine, in this
+// process or another, synced the same database while it ran.
+var errConcurrentEngine = errors.New("another Engine synced this database at the same time; use one Engine per database, then sync again")
 
 // uploadOne uploads one planned file, stored in the outbox.
 func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {

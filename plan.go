@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"unicode/utf8"
@@ -25,11 +26,14 @@ type plan struct {
 	// uploads are the patch files of the changes to send, in order: one,
 	// or several when the changes do not fit in one file (the store's
 	// MaxFileSize, MaxExpandedSize). None if nothing is sent.
-	uploads     []*upload
-	sent        int   // changes in the uploads
-	base        int64 // sync_meta.max_version when the plan was made
-	maxSeen     int64 // the largest version seen in the files or stamped here
-	dataVersion int64 // PRAGMA data_version when the pending rows were read
+	uploads []*upload
+	sent    int   // changes in the uploads
+	base    int64 // sync_meta.max_version when the plan was made
+	// lastSeq is the number of the last file this device published when
+	// the plan was made; seq the last one the plan gave (see vanished.go).
+	lastSeq, seq int64
+	maxSeen      int64 // the largest version seen in the files or stamped here
+	dataVersion  int64 // PRAGMA data_version when the pending rows were read
 	// skipped are the pending records not sent (Report.Skipped), with what
 	// their rows showed before the app's edits (nil: no row): the base of
 	// those edits, which stay pending.
@@ -42,6 +46,7 @@ type upload struct {
 	pw   *patchWriter
 	sent int    // changes in it
 	name string // its name, once published
+	seq  int64  // its number among this device's files
 }
 
 // plan reads every pending record in one read transaction, diffs it
@@ -67,6 +72,10 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	if p.base, err = getMetaInt(ctx, s.conn, metaMaxVersion); err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
+	if p.lastSeq, err = s.lastFileSeq(ctx); err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
+	p.seq = p.lastSeq
 	p.maxSeen = max(f.maxSeen, p.base)
 	versions := newVersionCounter(p.maxSeen)
 	if p.changes, err = newSpool(e.cfg.TempDir); err != nil {
@@ -143,12 +152,15 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 			return nil, err
 		}
 	}
-	for _, up := range open {
-		if err := up.pw.close(); err != nil {
-			return nil, &Error{Op: "write upload", Err: err}
+	// A file that took only changes too large for any file is not sent,
+	// and takes no number: the numbers of the files sent have no gap.
+	for _, format := range slices.Sorted(maps.Keys(open)) {
+		if up := open[format]; up.sent > 0 {
+			if err := p.closeUpload(up); err != nil {
+				return nil, err
+			}
 		}
 	}
-	// A file that took only changes too large for any file is not sent.
 	p.uploads = slices.DeleteFunc(p.uploads, func(up *upload) bool { return up.sent == 0 })
 	if len(p.uploads) > 0 {
 		p.maxSeen = versions.last()
@@ -824,11 +836,21 @@ func (s *syncRun) place(p *plan, open map[int]*upload, writes []fileChange, entr
 		case up.pw.n == 0:
 			return true, nil
 		}
-		if err := up.pw.close(); err != nil {
-			return false, &Error{Op: "write upload", Err: err}
+		if err := p.closeUpload(up); err != nil {
+			return false, err
 		}
 		delete(open, format)
 	}
+}
+
+// closeUpload ends a file that holds changes, giving it the next number.
+func (p *plan) closeUpload(up *upload) error {
+	p.seq++
+	up.seq = p.seq
+	if err := up.pw.close(p.seq); err != nil {
+		return &Error{Op: "write upload", Err: err}
+	}
+	return nil
 }
 
 func (s *syncRun) newUpload(p *plan, format int) (*upload, error) {

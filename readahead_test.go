@@ -139,7 +139,8 @@ func readAheadPatchFile(t *testing.T, n, bad int, broken ...bool) []byte {
 func TestDecodeReadsAheadInOrder(t *testing.T) {
 	const n = 1000
 	decode := func(file []byte, emit func(fileChange) error) error {
-		return decodePatchFile(bytes.NewReader(file), "d", 1<<30, 1<<20, emit)
+		_, err := decodePatchFile(bytes.NewReader(file), "d", 1<<30, 1<<20, emit)
+		return err
 	}
 	good := readAheadPatchFile(t, n, -1)
 	seen := 0

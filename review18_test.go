@@ -134,7 +134,7 @@ func BenchmarkDecodeEscapes(b *testing.B) {
 	for b.Loop() {
 		for i, in := range files {
 			start := time.Now()
-			if err := decodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, func(fileChange) error { return nil }); err != nil {
+			if _, err := decodePatchFile(bytes.NewReader(in), "d", l.MaxExpandedSize, l.MaxRecordSize, func(fileChange) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 			perEscape[i] += float64(time.Since(start)) / float64(counts[i])

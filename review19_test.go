@@ -71,7 +71,7 @@ func fetchBothPatch(in []byte, failAt int, l Limits) (got, want string, gerr, we
 	}
 	nop := func(fileChange) error { return nil }
 	gs, ws := src(), src()
-	gerr = decodePatchFile(gs, "d", l.MaxExpandedSize, l.MaxRecordSize, nop)
+	_, gerr = decodePatchFile(gs, "d", l.MaxExpandedSize, l.MaxRecordSize, nop)
 	werr = refDecodePatchFile(ws, "d", l.MaxExpandedSize, l.MaxRecordSize, nop)
 	return outcome(gerr, gs), outcome(werr, ws), gerr, werr
 }
@@ -258,7 +258,7 @@ func FuzzDecodeReadersLikeBefore(f *testing.F) {
 		var got, want []fileChange
 		gs := &countingReader{r: readerFor(in, mode, int(at))}
 		ws := &countingReader{r: readerFor(in, mode, int(at))}
-		gerr := decodePatchFile(gs, "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&got))
+		_, gerr := decodePatchFile(gs, "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&got))
 		werr := refDecodePatchFile(ws, "d", l.MaxExpandedSize, l.MaxRecordSize, collectChanges(&want))
 		sameResult(t, "patch file", data, gerr, werr, got, want)
 		if gerr == nil && (gs.n != ws.n) {

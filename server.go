@@ -280,7 +280,7 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 	e := s.e
 	var writes []ServerWrite
 	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
-	err := decodePatchFile(src, e.deviceID, math.MaxInt64, math.MaxInt64, func(c fileChange) error {
+	_, err := decodePatchFile(src, e.deviceID, math.MaxInt64, math.MaxInt64, func(c fileChange) error {
 		w := ServerWrite{Table: c.table, Record: c.record, Version: c.version, Device: e.deviceID, Deleted: c.deleted}
 		if !c.deleted {
 			w.Patch = json.RawMessage(c.patch)

@@ -110,7 +110,8 @@ func (s *syncRun) pruneLedger(ctx context.Context, l *listing, f *fetched) error
 // database uploaded) that the ledger's monthly pruning forgets with it,
 // keeping the table bounded by what the remote holds: those the whole
 // listing no longer shows and that are older than where this sync listed
-// from (a file a listing did not show yet is younger). checkCopied asks
+// from, or than ListOverlap before its listing of everything (a file a
+// listing did not show yet is younger). checkCopied asks
 // only whether a listed file's name is this database's, and a file gone
 // from the remote is not listed again;
 // a copy of the database names its files itself, so forgetting a name
@@ -120,8 +121,9 @@ func (s *syncRun) pruneLedger(ctx context.Context, l *listing, f *fetched) error
 // those uploaded before this database last joined a store (another
 // store's, see keepUploads).
 func (s *syncRun) uploadsGone(ctx context.Context, l *listing, present map[string]bool) ([]string, error) {
-	if l.since.IsZero() {
-		return nil, nil
+	before := l.since
+	if before.IsZero() { // a listing of everything: as far back as listings lag
+		before = l.cursor.Add(-s.e.cfg.ListOverlap)
 	}
 	kept, err := uploadsKept(ctx, s.conn)
 	if err != nil {
@@ -140,7 +142,7 @@ AND name NOT IN (SELECT name FROM sync_outbox)`)
 			rows.Close()
 			return nil, err
 		}
-		if _, at, _, ok := parseFileName(name); ok && at.Before(l.since) && at.After(kept) && !present[name] {
+		if _, at, _, ok := parseFileName(name); ok && at.Before(before) && at.After(kept) && !present[name] {
 			gone = append(gone, name)
 		}
 	}
@@ -161,7 +163,7 @@ func (s *syncRun) maintain(ctx context.Context, l *listing, f *fetched, force bo
 		if _, err := s.writeState(ctx, l, kindMerge); err != nil {
 			return err
 		}
-		if err := s.setMetas(ctx, metaJoin, ""); err != nil {
+		if err := s.setMetas(ctx, metaJoin, "", metaMergeSeq, ""); err != nil {
 			return err
 		}
 	}
@@ -169,17 +171,27 @@ func (s *syncRun) maintain(ctx context.Context, l *listing, f *fetched, force bo
 	if err != nil {
 		return &Error{Op: "snapshot", Err: err}
 	}
+	heal, err := s.healVanished(ctx, l, f)
+	if err != nil {
+		return err
+	}
 	lastAt, _ := time.Parse(time.RFC3339Nano, last)
 	y1, m1, _ := lastAt.UTC().Date()
 	y2, m2, _ := l.cursor.UTC().Date()
-	if force || ((y1 != y2 || m1 != m2) && !s.emptyState(ctx)) {
+	if force || heal || ((y1 != y2 || m1 != m2) && !s.emptyState(ctx)) {
 		name, err := s.writeState(ctx, l, kindSnapshot)
 		if (errors.Is(err, errUnreadableState) || errors.Is(err, ErrFileTooLarge)) && !force {
 			// Nothing is lost: the patch files stay, uncompacted. Try
 			// again next month rather than at every sync: a state too
 			// large for the store's limit or for what the remote takes
-			// (a sync server's file limit) is as large at the next.
-			e.log.Error("drivesync: the monthly snapshot was not written; the remote keeps every patch file until one can be", "err", err)
+			// (a sync server's file limit) is as large at the next. A
+			// snapshot for vanished files is tried again a day later.
+			e.log.Error("drivesync: the snapshot was not written; the remote keeps every patch file until one can be", "err", err, "vanished", s.report.Vanished)
+			if heal {
+				if err := s.noteHealFailed(ctx, l); err != nil {
+					return err
+				}
+			}
 			return s.setMetas(ctx, metaSnapshot, l.cursor.UTC().Format(time.RFC3339Nano))
 		}
 		if err != nil {
@@ -226,6 +238,12 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 			return "", err
 		}
 	}
+	if kind == kindMerge {
+		var err error
+		if h.seq, err = s.mergeSeq(ctx); err != nil {
+			return "", err
+		}
+	}
 	f, err := os.CreateTemp(e.cfg.TempDir, "drivesync-"+op+"-*")
 	if err != nil {
 		return "", &Error{Op: op, Err: err}
@@ -240,6 +258,11 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 	var onUnfit func(recordKey)
 	if kind == kindMerge {
 		onUnfit = func(k recordKey) { unfit = append(unfit, k) }
+	} else if h.holds, err = loadHeld(ctx, s.conn); err != nil {
+		// In the transaction that reads the states: the numbers a
+		// snapshot claims are exactly those of the records it holds.
+		endTx(s.conn)
+		return "", &Error{Op: op, Err: err}
 	}
 	n, err := writeStateFile(ctx, s.conn, f, h, s.limits.MaxRecordSize, onUnfit)
 	endTx(s.conn) // a read transaction: ends the snapshot of the database
@@ -299,7 +322,10 @@ func (s *syncRun) writeState(ctx context.Context, l *listing, kind fileKind) (st
 				size = fi.Size()
 			}
 			return name, s.inTx(ctx, func() error {
-				return s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, name, size)
+				if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq, holds) VALUES (?1, 'applied', ?2, ?3, ?4)`, name, size, h.seq, heldText(h.holds)); err != nil {
+					return err
+				}
+				return holdAlso(ctx, s.conn, heldSet{}.with(e.deviceID, h.seq))
 			})
 		}
 		if !errors.Is(err, fs.ErrExist) || attempt == 3 {

@@ -33,6 +33,11 @@ type stateHeader struct {
 	cutoff   time.Time // snapshots: compaction may delete patch files named before it
 	included []string  // snapshots: the patch and merge files the state holds
 	knows    []string  // snapshots: the older snapshots its writer had checked (see chooseSnapshot)
+	// holds (snapshots): the numbers of the files whose content the state
+	// holds; nil when the writer did not say (see vanished.go). seq (merge
+	// files): the file's number among its device's.
+	holds heldSet
+	seq   int64
 	// verified: the writer read the file back under the store's limits
 	// before uploading it, so every device can read it (see verifyState).
 	verified bool
@@ -75,6 +80,12 @@ func writeStateFile(ctx context.Context, q querier, w io.Writer, h stateHeader, 
 		b = appendNames(append(b, `,"included":`...), h.included)
 		b = appendNames(append(b, `,"knows":`...), h.knows)
 		b = append(b, `,"verified":true`...) // writeState uploads it only then
+	}
+	if h.holds != nil {
+		b = h.holds.appendJSON(append(b, `,"holds":`...))
+	}
+	if h.seq > 0 {
+		b = fmt.Appendf(b, `,"seq":%d`, h.seq)
 	}
 	b = append(b, `,"records":[`...)
 	if _, err := bw.Write(b); err != nil {
@@ -260,6 +271,21 @@ func decodeStateFile(r io.Reader, wantDevice string, l Limits, emit func(fileCha
 				h.knows = names
 			} else {
 				h.included = names
+			}
+		case "holds":
+			// Bounded as an unknown member, and one that no engine
+			// writes holds nothing: an engine that does not know it
+			// skips it, and a file reads alike on every version.
+			var raw json.RawMessage
+			if err := s.decode(&raw); err != nil {
+				return h, fmt.Errorf("holds: %w", err)
+			}
+			if held, err := parseHeld(raw, l.MaxHeldFiles); err == nil {
+				h.holds = held
+			}
+		case "seq":
+			if h.seq, err = decodeSeq(s); err != nil {
+				return h, err
 			}
 		case "records":
 			if format == 0 || h.device == "" || h.store == "" || h.covers.IsZero() {

@@ -35,6 +35,10 @@ type Status struct {
 	Encrypted bool
 	// Conflicts counts the entries of the conflict log (see Conflicts).
 	Conflicts int
+	// Missing lists files of other devices that this device has not
+	// received although it holds later files of the same device (see
+	// Report.Missing).
+	Missing []FileSpan
 	// ClockOffset is the remote's clock less this device's, as the last
 	// sync that read the remote's clock estimated it; ClockKnown says it
 	// did. ClockWarning, when this device's clock is off by more than a
@@ -73,6 +77,9 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 	coalesce((SELECT value FROM sync_meta WHERE key = ?1), ''), coalesce((SELECT value FROM sync_meta WHERE key = ?2), '')`, metaStore, metaRemoteID).
 		Scan(&st.Pending, &st.OutboxWaiting, &st.Conflicts, &st.Store, &st.Remote)
 	if err != nil {
+		return st, &Error{Op: "status", Err: err}
+	}
+	if st.Missing, err = missingFiles(ctx, e.db); err != nil {
 		return st, &Error{Op: "status", Err: err}
 	}
 	raw, err := getMeta(ctx, e.db, metaStatus)

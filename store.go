@@ -78,7 +78,15 @@ CREATE TABLE IF NOT EXISTS sync_files (
 	detail TEXT NOT NULL DEFAULT '',
 	checked_at INTEGER NOT NULL DEFAULT 0,
 	reader TEXT NOT NULL DEFAULT '',
-	attempts INTEGER NOT NULL DEFAULT 0
+	attempts INTEGER NOT NULL DEFAULT 0,
+	seq INTEGER NOT NULL DEFAULT 0, -- a patch or merge file's number among its device's (0: none, see vanished.go)
+	holds TEXT -- a snapshot's numbers it holds (JSON), NULL until its header was read
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sync_held (
+	device TEXT NOT NULL, -- the files, by number, whose content the synced state holds (see vanished.go)
+	first INTEGER NOT NULL,
+	last INTEGER NOT NULL,
+	PRIMARY KEY (device, first)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sync_uploaded (
 	name TEXT PRIMARY KEY -- every file this database uploaded or tried to
@@ -146,7 +154,11 @@ const (
 	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
 	metaFileID       = "file_id"       // the database file that took the device id (see fileMoved)
 	metaRenewID      = "renew_id"      // set: a new device id is owed once the outbox is empty, the app's or, if "1", a random one (see renewMovedID)
-	schemaVersion    = "3"
+	metaFileSeq      = "file_seq"      // "<store> <device id> <n>": the last number this device gave a file (see vanished.go)
+	metaMergeSeq     = "merge_seq"     // like file_seq: the number of the merge file a JoinRemote publishes, until it is
+	metaListedAll    = "listed_all"    // remote time of the last listing of the whole remote
+	metaHealFailed   = "heal_failed"   // remote time a snapshot healing vanished files could not be written
+	schemaVersion    = "4"
 )
 
 // sync_files.status values. A patch or merge file is applied or rejected.
@@ -166,6 +178,7 @@ const (
 var migrations = []struct {
 	version int
 	sql     []string
+	fn      func(context.Context, querier) error // after sql
 }{
 	// Schema 1 recorded every snapshot seen as applied, even one whose
 	// header alone was read: none of them is known to be complete.
@@ -173,6 +186,24 @@ var migrations = []struct {
 		`ALTER TABLE sync_files ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0`,
 		`UPDATE sync_files SET status = 'checked' WHERE status = 'applied' AND name LIKE '%/snapshot\_%' ESCAPE '\'`,
 	}},
+	// Schema 4 numbers files (see vanished.go): the files applied before
+	// carry no number, and the snapshots checked before are read again.
+	{version: 4, fn: func(ctx context.Context, q querier) error {
+		if err := addColumn(ctx, q, "sync_files", "seq", "INTEGER NOT NULL DEFAULT 0"); err != nil {
+			return err
+		}
+		return addColumn(ctx, q, "sync_files", "holds", "TEXT")
+	}},
+}
+
+// addColumn adds a column to one of the engine's tables unless it has it.
+func addColumn(ctx context.Context, q querier, table, column, decl string) error {
+	var has bool
+	if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)`, table, column).Scan(&has); err != nil || has {
+		return err
+	}
+	_, err := q.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+column+` `+decl)
+	return err
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -657,6 +688,11 @@ func installSchema(ctx context.Context, q querier, deviceID string) (string, err
 			}
 			for _, stmt := range m.sql {
 				if _, err := q.ExecContext(ctx, stmt); err != nil {
+					return "", fmt.Errorf("drivesync: upgrade schema %s to %d: %w", from, m.version, err)
+				}
+			}
+			if m.fn != nil {
+				if err := m.fn(ctx, q); err != nil {
 					return "", fmt.Errorf("drivesync: upgrade schema %s to %d: %w", from, m.version, err)
 				}
 			}

@@ -158,6 +158,9 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	defer s.cleanup()
 	err = fn(s)
 	endTx(conn)
+	if e.cfg.Remote != nil {
+		s.report.Missing, _ = missingFiles(ctx, conn) // at worst left out: Status reads them again
+	}
 	s.recordStatus(ctx, err)
 	return s.report, err
 }
@@ -288,6 +291,15 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 			l.since = prev.Add(-e.cfg.ListOverlap)
 		}
 	}
+	// Once a day the whole remote, so that a file that vanished long
+	// after its writer's next sync is found (see findVanished).
+	all, err := getMeta(ctx, s.conn, metaListedAll)
+	if err != nil {
+		return nil, &Error{Op: "sync", Err: err}
+	}
+	if at, err := time.Parse(time.RFC3339Nano, all); err != nil || l.cursor.Sub(at) >= fullListingEvery || at.After(l.cursor) {
+		l.since = time.Time{}
+	}
 	e.progress("list", 0, 1)
 	if l.files, err = e.cfg.Remote.List(ctx, l.since); err != nil {
 		return nil, remoteErr("list", "", err)
@@ -300,7 +312,11 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 }
 
 func (s *syncRun) saveCursor(ctx context.Context, l *listing) error {
-	return s.setMetas(ctx, metaCursor, l.cursor.UTC().Format(time.RFC3339Nano))
+	at := l.cursor.UTC().Format(time.RFC3339Nano)
+	if l.since.IsZero() {
+		return s.setMetas(ctx, metaCursor, at, metaListedAll, at)
+	}
+	return s.setMetas(ctx, metaCursor, at)
 }
 
 func remoteErr(op, file string, err error) error {

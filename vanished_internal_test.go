@@ -1,0 +1,65 @@
+package drivesync
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestHeldSet(t *testing.T) {
+	h := heldSet{}
+	for _, r := range []seqRun{{5, 5}, {1, 2}, {9, 12}, {3, 3}, {11, 14}, {7, 7}} {
+		h.add("a", r.first, r.last)
+	}
+	h.add("b", 4, 4)
+	h.add("b", 0, 3) // no number 0
+	if got, want := h["a"], []seqRun{{1, 3}, {5, 5}, {7, 7}, {9, 14}}; !slices.Equal(got, want) {
+		t.Errorf("runs of a: got %v, want %v", got, want)
+	}
+	if got, want := h.gaps(), []FileSpan{{"a", 4, 4}, {"a", 6, 6}, {"a", 8, 8}, {"b", 1, 3}}; !slices.Equal(got, want) {
+		t.Errorf("gaps: got %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		device string
+		n      int64
+		want   bool
+	}{{"a", 1, true}, {"a", 4, false}, {"a", 14, true}, {"a", 15, false}, {"b", 4, true}, {"c", 1, false}} {
+		if got := h.has(c.device, c.n); got != c.want {
+			t.Errorf("has(%s, %d) = %v, want %v", c.device, c.n, got, c.want)
+		}
+	}
+	o := heldSet{}
+	o.add("a", 2, 10)
+	o.add("c", 1, 1)
+	if got, want := h.minus(o).spans(), []FileSpan{{"a", 1, 1}, {"a", 11, 14}, {"b", 4, 4}}; !slices.Equal(got, want) {
+		t.Errorf("minus: got %v, want %v", got, want)
+	}
+	text := string(h.appendJSON(nil))
+	if want := `{"a":[[1,3],[5,5],[7,7],[9,14]],"b":[[4,4]]}`; text != want {
+		t.Errorf("JSON: got %s, want %s", text, want)
+	}
+	back, err := parseHeld([]byte(text), 100)
+	if err != nil || !slices.Equal(back.spans(), h.spans()) {
+		t.Errorf("parseHeld(%s) = %v, %v; want %v", text, back.spans(), err, h.spans())
+	}
+}
+
+// A snapshot header's holds come from other devices: what no engine
+// writes is refused, with what was wrong, and the number of runs is
+// bounded.
+func TestParseHeldRefuses(t *testing.T) {
+	for _, c := range []struct{ in, why string }{
+		{`[]`, "object"},
+		{`{"a":[[0,1]]}`, "first to last"},
+		{`{"a":[[3,2]]}`, "first to last"},
+		{`{"a":[[1]]}`, "[first,last]"},
+		{`{"a":[[1,"2"]]}`, "first to last"},
+		{`{"a":[[1,2.5]]}`, "first to last"},
+		{`{"a b":[[1,2]]}`, "device id"},
+		{`{"a":[[1,1],[3,3],[5,5]]}`, "more than 2 runs"},
+	} {
+		if _, err := parseHeld([]byte(c.in), 2); err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("parseHeld(%s): got %v, want an error saying %q", c.in, err, c.why)
+		}
+	}
+}
