@@ -15,6 +15,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/drivesync/drivesync/internal/merge"
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // DefaultListOverlap is how far before its cursor the engine lists the
@@ -278,7 +279,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		e.order = append(e.order, ti)
 	}
 	if err := beginImmediate(ctx, conn); err != nil {
-		return nil, fmt.Errorf("drivesync: Open: %w", err)
+		return nil, fmt.Errorf("drivesync: Open: %w", databaseReadOnly(ctx, conn, err))
 	}
 	err = func() error {
 		id, err := installSchema(ctx, conn, cfg.DeviceID)
@@ -343,6 +344,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	}()
 	if err != nil {
 		conn.ExecContext(context.Background(), "ROLLBACK")
+		if sqliteerr.IsReadOnly(err) {
+			err = fmt.Errorf("drivesync: Open: %w", databaseReadOnly(ctx, conn, err))
+		}
 		return nil, err
 	}
 	e.log.Info("drivesync: opened", "device", e.deviceID, "tables", len(e.order))

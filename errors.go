@@ -1,8 +1,12 @@
 package drivesync
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
+
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // Errors the engine returns, for use with errors.Is. Each comes wrapped in
@@ -96,3 +100,19 @@ func (e *Error) Error() string {
 
 // Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *Error) Unwrap() error { return e.Err }
+
+// databaseReadOnly names the database file in a failure to write it, which
+// SQLite reports only as "attempt to write a readonly database" (the app
+// opened it with mode=ro, or SQLite could not open the file for writing
+// and read it instead), and says what to do. Other errors pass unchanged.
+func databaseReadOnly(ctx context.Context, q querier, err error) error {
+	if !sqliteerr.IsReadOnly(err) {
+		return err
+	}
+	var path string
+	q.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path)
+	if path == "" {
+		path = "(in memory)"
+	}
+	return fmt.Errorf("database file %s is read-only: open it writable (no mode=ro in the DSN) and check that the app may write the file and its folder: %w", path, err)
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // Sync runs one sync cycle:
@@ -158,6 +160,16 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	defer s.cleanup()
 	err = fn(s)
 	endTx(conn)
+	if sqliteerr.IsReadOnly(err) {
+		// The step's own error keeps its step: the file is named inside.
+		if se, ok := err.(*Error); ok {
+			named := *se
+			named.Err = databaseReadOnly(ctx, conn, se.Err)
+			err = &named
+		} else {
+			err = &Error{Op: "sync", Err: databaseReadOnly(ctx, conn, err)}
+		}
+	}
 	s.recordStatus(ctx, err)
 	return s.report, err
 }
