@@ -27,10 +27,15 @@ var (
 	ErrRemote = errors.New("remote storage failed")
 	// ErrClosed is returned by Sync after Close.
 	ErrClosed = errors.New("engine closed")
-	// ErrAuth marks a remote that refused the app's credentials: the
-	// sign-in expired or was revoked (invalid_grant), or the app lacks
-	// the permission. The user must sign in again.
-	ErrAuth = errors.New("not authorized: sign in again")
+	// ErrAuth marks a remote that refused the app's credentials. What
+	// the user does depends on the remote, and its error says it: for
+	// Google Drive the sign-in expired or was revoked (invalid_grant), or
+	// the app lacks the permission, and the user signs in again; for S3
+	// the access key is wrong or may not use the bucket; for a sync
+	// server (httpremote) the server refused the token (401: unknown,
+	// or removed from its tokens file) or the token's user may not use
+	// the store (403).
+	ErrAuth = errors.New("not authorized")
 	// ErrQuota marks a remote that is out of storage. The user must free
 	// space or buy more.
 	ErrQuota = errors.New("storage quota exceeded: free space on the drive or buy more storage")
