@@ -116,3 +116,28 @@ func TestNullIDRefusedAtRegistration(t *testing.T) {
 		t.Errorf("%d records pending after registering tags, want its 2 rows", n)
 	}
 }
+
+// A NULL-id row a registered table holds from before (an older engine
+// registered the table without a word about it) can be fixed: given an
+// id, which then syncs, or deleted, with no error from the engine's
+// pending log.
+func TestNullIDRowLeftFromBeforeCanBeFixed(t *testing.T) {
+	d := newDevice(t, "dev-a", NewMemoryRemote())
+	// The row as an older engine left it: written with no trigger.
+	var insert string
+	if err := d.db.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'sync_trg_notes_insert'`).Scan(&insert); err != nil {
+		t.Fatal(err)
+	}
+	d.exec(`DROP TRIGGER sync_trg_notes_insert`)
+	d.exec(`INSERT INTO notes (id, content) VALUES (NULL, jsonb('{"v":1}')), (NULL, jsonb('{"v":2}'))`)
+	d.exec(insert)
+	if _, err := d.db.Exec(`UPDATE notes SET id = 'fixed' WHERE content ->> 'v' = 1`); err != nil {
+		t.Errorf("giving the row an id: %v", err)
+	}
+	if _, err := d.db.Exec(`DELETE FROM notes WHERE id IS NULL`); err != nil {
+		t.Errorf("deleting the row: %v", err)
+	}
+	if r := d.sync(); r.ChangesSent != 1 || d.get("fixed") != `{"v":1}` {
+		t.Errorf("sync after the fix: sent %d, fixed = %s; want the row given an id sent", r.ChangesSent, d.get("fixed"))
+	}
+}

@@ -49,22 +49,19 @@ func triggerSQL(t *tableInfo) map[string]string {
 	// NOT NULL, naming a table the app never wrote.
 	notObject := "CASE WHEN json_valid(NEW.content, 6) THEN json_type(NEW.content) <> 'object' ELSE 1 END"
 	checked := fmt.Sprintf("CASE WHEN NEW.id IS NULL THEN RAISE(ABORT, %s) WHEN %s THEN RAISE(ABORT, %s) ELSE NEW.id END",
-		quoteString("drivesync: "+nullIDRefusal(table)), notObject,
+		quoteString("drivesync: "+table+".id must not be NULL: give every row an id, such as a UUID (devices find a record by its id)"), notObject,
 		quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
 	return map[string]string{
 		name("insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked)),
 		name("update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s BEGIN %s END", quoteIdent(name("update")), tbl, mark(checked)),
-		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s END", quoteIdent(name("delete")), tbl, mark("OLD.id")),
+		// A row whose id is NULL was never a record (an older engine
+		// registered the table with it): deleting it, or giving it an id,
+		// leaves no mark of the NULL.
+		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s WHEN OLD.id IS NOT NULL BEGIN %s END", quoteIdent(name("delete")), tbl, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
-		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id COLLATE BINARY BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id COLLATE BINARY AND OLD.id IS NOT NULL BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
 	}
-}
-
-// nullIDRefusal says what is wrong with a row of document table table
-// whose id is NULL, and what to do.
-func nullIDRefusal(table string) string {
-	return table + ".id must not be NULL: give every row an id, such as a UUID (devices find a record by its id)"
 }
 
 // ordinaryTriggers are an ordinary table's: the record id is the row's
