@@ -1,7 +1,14 @@
 // Package drivesync keeps one user's SQLite database in sync across that
-// user's devices through storage the user already owns — a Google Drive
-// folder, or any folder that Dropbox, iCloud Drive, Syncthing, a network
-// share or a USB stick carries between machines — with no server.
+// user's devices, through storage the user already owns or through
+// drivesync's own sync server:
+//
+//   - a Google Drive folder (NewDriveRemote), or any folder that Dropbox,
+//     iCloud Drive, Syncthing, a network share or a USB stick carries
+//     between machines (NewFolderRemote): no server of the app's own;
+//   - an S3 bucket, or a server speaking its API (package s3remote);
+//   - a sync server (cmd/drivesync-server, package syncserver), which
+//     merges the devices' records and serves plain REST clients too
+//     (Config.Server, package httpremote).
 //
 // # Using it
 //
@@ -9,13 +16,13 @@
 // registers the tables to sync:
 //
 //	eng, err := drivesync.Open(ctx, db, drivesync.Config{
-//		Remote: remote, // drivesync.NewFolderRemote(dir), ...
+//		Remote: remote, // drivesync.NewFolderRemote(dir), ...; or Server: httpremote.New(...)
 //		Tables: []drivesync.Table{{Name: "notes"}},
 //	})
 //	...
 //	report, err := eng.Sync(ctx) // on start, on exit, on "Sync now"
 //
-// A synced table has id TEXT PRIMARY KEY, a content column holding the
+// A synced table has id TEXT PRIMARY KEY (never NULL), a content column holding the
 // record as a JSON object (JSONB or text), and any other columns, which
 // are projections of the same-named top-level keys of content: when the
 // engine writes a row it fills them from content. The app reads and
@@ -31,7 +38,10 @@
 // store's file limits); and applies everything
 // to the synced state (table sync_states) and the app's tables in one
 // transaction. Nothing is ever overwritten on the remote, so devices need
-// no lock and the remote may be eventually consistent.
+// no lock and the remote may be eventually consistent. Through a sync
+// server, a Sync instead pushes its stamped changes in one request and
+// pulls the records merged since its cursor (see Server); the merge is
+// the same.
 //
 // # Conflicts
 //

@@ -543,7 +543,7 @@ func tokenEndpointError(prefix string, err error, secrets ...string) error {
 		detail = redact(detail, secrets)
 		if re.ErrorCode == "invalid_grant" {
 			return &redactedError{
-				msg:  prefix + ": token endpoint refused: " + detail + ": " + ErrAuth.Error(),
+				msg:  prefix + ": token endpoint refused: " + detail + "; sign in again: " + ErrAuth.Error(),
 				errs: []error{ErrAuth, err},
 			}
 		}
@@ -551,7 +551,7 @@ func tokenEndpointError(prefix string, err error, secrets ...string) error {
 	}
 	if strings.Contains(err.Error(), "refresh token is not set") {
 		return &redactedError{
-			msg:  prefix + ": the token expired and there is no refresh token: " + ErrAuth.Error(),
+			msg:  prefix + ": the token expired and there is no refresh token; sign in again: " + ErrAuth.Error(),
 			errs: []error{ErrAuth, err},
 		}
 	}

@@ -129,13 +129,13 @@ func driveErr(op, name string, err error) error {
 	case errors.Is(err, fs.ErrNotExist) || isNotFound(err):
 		return fmt.Errorf("%s: %w", what, fs.ErrNotExist)
 	case errors.As(err, &re):
-		return fmt.Errorf("%s: Google refused the sign-in (%s): %w", what, re.ErrorCode, ErrAuth)
+		return fmt.Errorf("%s: Google refused the sign-in (%s); sign in again: %w", what, re.ErrorCode, ErrAuth)
 	case errors.As(err, &ge) && ge.Code == http.StatusUnauthorized:
-		return fmt.Errorf("%s: Google Drive refused the credentials (401): %w", what, ErrAuth)
+		return fmt.Errorf("%s: Google Drive refused the credentials (401); sign in again: %w", what, ErrAuth)
 	case errors.As(err, &ge) && ge.Code == http.StatusForbidden && isQuota(ge):
 		return fmt.Errorf("%s: %w", what, ErrQuota)
 	case errors.As(err, &ge) && ge.Code == http.StatusForbidden && hasReason(ge, "insufficientPermissions", "insufficientFilePermissions", "appNotAuthorizedToFile", "forbidden"):
-		return fmt.Errorf("%s: the app may not use this Drive folder (%s): %w", what, ge.Errors[0].Reason, ErrAuth)
+		return fmt.Errorf("%s: the app may not use this Drive folder (%s); sign in again and allow the access the app asks for: %w", what, ge.Errors[0].Reason, ErrAuth)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

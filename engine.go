@@ -15,6 +15,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/drivesync/drivesync/internal/merge"
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // DefaultListOverlap is how far before its cursor the engine lists the
@@ -290,7 +291,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 		e.order = append(e.order, ti)
 	}
 	if err := beginImmediate(ctx, conn); err != nil {
-		return nil, fmt.Errorf("drivesync: Open: %w", err)
+		return nil, fmt.Errorf("drivesync: Open: %w", databaseReadOnly(ctx, conn, err))
 	}
 	err = func() error {
 		id, err := installSchema(ctx, conn, cfg.DeviceID)
@@ -328,6 +329,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 			}
 		}
 		for _, t := range fresh {
+			if err := checkNullIDs(ctx, conn, t); err != nil {
+				return fmt.Errorf("drivesync: Open: register table %s: %w", t.name, err)
+			}
 			adopt := adoptTable
 			if synced[t.name] {
 				adopt = reattachTable
@@ -352,6 +356,9 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Engine, error) {
 	}()
 	if err != nil {
 		conn.ExecContext(context.Background(), "ROLLBACK")
+		if sqliteerr.IsReadOnly(err) {
+			err = fmt.Errorf("drivesync: Open: %w", databaseReadOnly(ctx, conn, err))
+		}
 		return nil, err
 	}
 	e.log.Info("drivesync: opened", "device", e.deviceID, "tables", len(e.order))
@@ -462,6 +469,24 @@ WHERE s.table_name = ?1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = s.record_id 
 	AND CASE WHEN u.record_id IS NOT NULL THEN u.base IS NOT NULL ELSE NOT s.is_deleted END`, tbl)
 	_, err := q.ExecContext(ctx, deleted, t.name)
 	return err
+}
+
+// checkNullIDs refuses a document table that holds rows whose id is NULL
+// (the triggers refuse new ones; these were written before the table was
+// registered): no device could find them, so they would never sync. An
+// ordinary table's keys are checked by adoptRows.
+func checkNullIDs(ctx context.Context, q querier, t *tableInfo) error {
+	if t.ordinary {
+		return nil
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE id IS NULL`, quoteIdent(t.name))).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%d row(s) have a NULL id: give each an id, such as a UUID, before syncing the table (devices find a record by its id)", n)
+	}
+	return nil
 }
 
 // adoptTable joins a newly registered table to the synced state: its rows

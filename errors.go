@@ -1,8 +1,12 @@
 package drivesync
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
+
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // Errors the engine returns, for use with errors.Is. Each comes wrapped in
@@ -23,10 +27,15 @@ var (
 	ErrRemote = errors.New("remote storage failed")
 	// ErrClosed is returned by Sync after Close.
 	ErrClosed = errors.New("engine closed")
-	// ErrAuth marks a remote that refused the app's credentials: the
-	// sign-in expired or was revoked (invalid_grant), or the app lacks
-	// the permission. The user must sign in again.
-	ErrAuth = errors.New("not authorized: sign in again")
+	// ErrAuth marks a remote that refused the app's credentials. What
+	// the user does depends on the remote, and its error says it: for
+	// Google Drive the sign-in expired or was revoked (invalid_grant), or
+	// the app lacks the permission, and the user signs in again; for S3
+	// the access key is wrong or may not use the bucket; for a sync
+	// server (httpremote) the server refused the token (401: unknown,
+	// or removed from its tokens file) or the token's user may not use
+	// the store (403).
+	ErrAuth = errors.New("not authorized")
 	// ErrQuota marks a remote that is out of storage. The user must free
 	// space or buy more.
 	ErrQuota = errors.New("storage quota exceeded: free space on the drive or buy more storage")
@@ -96,3 +105,19 @@ func (e *Error) Error() string {
 
 // Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *Error) Unwrap() error { return e.Err }
+
+// databaseReadOnly names the database file in a failure to write it, which
+// SQLite reports only as "attempt to write a readonly database" (the app
+// opened it with mode=ro, or SQLite could not open the file for writing
+// and read it instead), and says what to do. Other errors pass unchanged.
+func databaseReadOnly(ctx context.Context, q querier, err error) error {
+	if !sqliteerr.IsReadOnly(err) {
+		return err
+	}
+	var path string
+	q.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path)
+	if path == "" {
+		path = "(in memory)"
+	}
+	return fmt.Errorf("database file %s is read-only: open it writable (no mode=ro in the DSN) and check that the app may write the file and its folder: %w", path, err)
+}

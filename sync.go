@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/drivesync/drivesync/internal/sqliteerr"
 )
 
 // Sync runs one sync cycle:
@@ -160,6 +162,16 @@ func (e *Engine) run(ctx context.Context, fn func(s *syncRun) error) (Report, er
 	endTx(conn)
 	if e.cfg.Remote != nil {
 		s.report.Missing, _ = missingFiles(ctx, conn) // at worst left out: Status reads them again
+	}
+	if sqliteerr.IsReadOnly(err) {
+		// The step's own error keeps its step: the file is named inside.
+		if se, ok := err.(*Error); ok {
+			named := *se
+			named.Err = databaseReadOnly(ctx, conn, se.Err)
+			err = &named
+		} else {
+			err = &Error{Op: "sync", Err: databaseReadOnly(ctx, conn, err)}
+		}
 	}
 	s.recordStatus(ctx, err)
 	return s.report, err

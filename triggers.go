@@ -42,15 +42,25 @@ func triggerSQL(t *tableInfo) map[string]string {
 	// OR REPLACE swapped one in for a NULL. A statement that then writes
 	// nothing leaves a mark of a record it did not change, which a sync
 	// finds unchanged.
+	//
+	// A NULL id (which SQLite lets a TEXT PRIMARY KEY hold) is refused
+	// in the same CASE, naming the app's column: devices find a record
+	// by its id, and the mark would otherwise fail on the engine's own
+	// NOT NULL, naming a table the app never wrote.
 	notObject := "CASE WHEN json_valid(NEW.content, 6) THEN json_type(NEW.content) <> 'object' ELSE 1 END"
-	checked := fmt.Sprintf("CASE WHEN %s THEN RAISE(ABORT, %s) ELSE NEW.id END", notObject, quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
+	checked := fmt.Sprintf("CASE WHEN NEW.id IS NULL THEN RAISE(ABORT, %s) WHEN %s THEN RAISE(ABORT, %s) ELSE NEW.id END",
+		quoteString("drivesync: "+table+".id must not be NULL: give every row an id, such as a UUID (devices find a record by its id)"), notObject,
+		quoteString("drivesync: "+table+".content must be a JSON object (such as {\"title\":\"...\"}): store the record as an object, written with jsonb(?) or as JSON text"))
 	return map[string]string{
 		name("insert"): fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s BEGIN %s END", quoteIdent(name("insert")), tbl, mark(checked)),
 		name("update"): fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s BEGIN %s END", quoteIdent(name("update")), tbl, mark(checked)),
-		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s END", quoteIdent(name("delete")), tbl, mark("OLD.id")),
+		// A row whose id is NULL was never a record (an older engine
+		// registered the table with it): deleting it, or giving it an id,
+		// leaves no mark of the NULL.
+		name("delete"): fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s WHEN OLD.id IS NOT NULL BEGIN %s END", quoteIdent(name("delete")), tbl, mark("OLD.id")),
 		// Changing a record's id deletes the old record and creates a new
 		// one; only statements that set id pay for this trigger.
-		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id COLLATE BINARY BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
+		name("rekey"): fmt.Sprintf("CREATE TRIGGER %s AFTER UPDATE OF id ON %s WHEN OLD.id IS NOT NEW.id COLLATE BINARY AND OLD.id IS NOT NULL BEGIN %s END", quoteIdent(name("rekey")), tbl, mark("OLD.id")),
 	}
 }
 

@@ -8,7 +8,8 @@
 // by page, the merged records changed since its last pull. Requests that
 // fail for a moment (the network, a 5xx, a 429) are retried with backoff;
 // a push is retried with the same Idempotency-Key, so the server applies
-// it once.
+// it once. A token the server refuses fails the call with an error
+// matching drivesync.ErrAuth.
 package httpremote
 
 import (
@@ -424,9 +425,9 @@ func classifyStatus(res *http.Response, b []byte) error {
 	}
 	switch {
 	case res.StatusCode == http.StatusUnauthorized:
-		e.err = fmt.Errorf("%w (the server refused the token)", drivesync.ErrAuth)
+		e.err = fmt.Errorf("%w: the sync server refused the token; use one from the server's tokens file", drivesync.ErrAuth)
 	case res.StatusCode == http.StatusForbidden:
-		e.err = fmt.Errorf("%w (the token's user may not use this store)", drivesync.ErrAuth)
+		e.err = fmt.Errorf("%w: the token's user may not use this store; use the token of the user whose store it is", drivesync.ErrAuth)
 	case e.p.Type == "urn:drivesync:problem:store-replaced":
 		e.err = drivesync.ErrRemoteChanged
 	case e.p.Type == "urn:drivesync:problem:stamp-reused":

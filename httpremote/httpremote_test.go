@@ -273,14 +273,15 @@ func reopen(t testing.TB, d *device, srv drivesync.Server) *device {
 	return &device{t: t, db: d.db, eng: eng}
 }
 
-// A wrong token is ErrAuth; another user's store of the same name is
-// another store.
+// A wrong token is ErrAuth, saying the server refused the token (not to
+// sign in again, Google Drive's advice); another user's store of the same
+// name is another store.
 func TestUsers(t *testing.T) {
 	url, _ := startServer(t, "sqlite")
 	bad := openDevice(t, "dev-x", httpremote.New(url, "not-a-token-000000000", httpremote.Options{}))
 	bad.exec(`INSERT INTO notes VALUES ('x', '{}')`)
-	if _, err := bad.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrAuth) {
-		t.Errorf("wrong token: %v, want ErrAuth", err)
+	if _, err := bad.eng.Sync(context.Background()); !errors.Is(err, drivesync.ErrAuth) || !strings.Contains(err.Error(), "the sync server refused the token") || strings.Contains(err.Error(), "sign in") {
+		t.Errorf("wrong token: %v, want ErrAuth saying the sync server refused the token", err)
 	}
 	a := openDevice(t, "dev-a", httpremote.New(url, aliceToken, httpremote.Options{}))
 	b := openDevice(t, "dev-b", httpremote.New(url, bobToken, httpremote.Options{}))

@@ -8,7 +8,8 @@
 //
 // It serves on 127.0.0.1 only and prints the address to open. With no
 // flags it keeps notes.db and syncs through notes-shared, a folder beside
-// it, on port 8080 (or a free port if that one is taken).
+// it, on port 8090 (or a free port if that one is taken; 8080 is the
+// sync server's).
 package main
 
 import (
@@ -42,7 +43,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	flags.SetOutput(stderr)
 	dbPath := flags.String("db", "notes.db", "database file")
 	remoteDir := flags.String("remote", os.Getenv("NOTES_REMOTE"), "shared folder to sync through (default: notes-shared beside the database)")
-	addr := flags.String("addr", "127.0.0.1:8080", "address to serve on (127.0.0.1:0 picks a free port)")
+	addr := flags.String("addr", "127.0.0.1:8090", "address to serve on (127.0.0.1:0 picks a free port)")
 	passphrase := flags.String("passphrase", os.Getenv("NOTES_PASSPHRASE"), "encrypt the store with this passphrase")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer srv.Close()
 	l, err := net.Listen("tcp", *addr)
 	if err != nil && !addrSet(flags) {
-		l, err = net.Listen("tcp", "127.0.0.1:0") // 8080 is taken: any free port
+		l, err = net.Listen("tcp", "127.0.0.1:0") // 8090 is taken: any free port
 	}
 	if err != nil {
 		return err

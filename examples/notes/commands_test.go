@@ -173,7 +173,7 @@ func TestWatch(t *testing.T) {
 	defer cancel()
 	var out syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- watch(ctx, &out, a.Engine, newProgressBar(&bytes.Buffer{})) }()
+	go func() { done <- watch(ctx, &out, a.Engine, newProgressBar(&bytes.Buffer{}), options{}) }()
 	time.Sleep(200 * time.Millisecond)
 	if _, err := a.Add(ctx, "watched"); err != nil {
 		t.Fatal(err)

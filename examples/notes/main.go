@@ -157,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		remote, err := openRemote(ctx, opts)
 		if err != nil {
-			return driveHelp(err)
+			return remoteHelp(opts, err)
 		}
 		cfg.Remote = remote
 	}
@@ -194,10 +194,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "resolve":
 		return resolve(ctx, stdout, a, args[0], args[1])
 	case "watch":
-		return watch(ctx, stdout, a.Engine, bar)
+		return watch(ctx, stdout, a.Engine, bar, opts)
 	case "join":
 		if err := a.Engine.JoinRemote(ctx); err != nil {
-			return driveHelp(notesapp.Advice(err))
+			return remoteHelp(opts, notesapp.Advice(err))
 		}
 		fmt.Fprintln(stdout, "joined the remote's store: the next sync merges it with this database")
 		return nil
@@ -214,10 +214,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 	bar.done()
 	if err != nil {
 		// Only the error, and what to do: nothing "up to date" about it.
-		return driveHelp(notesapp.Advice(err))
+		return remoteHelp(opts, notesapp.Advice(err))
 	}
 	printReport(stdout, r)
 	return nil
+}
+
+// remoteHelp says what the user can do about the errors of the remote
+// they chose that only they can fix, keeping err for errors.Is and the
+// details. A folder has none: its errors say what is wrong.
+func remoteHelp(opts options, err error) error {
+	switch {
+	case opts.drive:
+		return driveHelp(err)
+	case opts.server != "" && errors.Is(err, drivesync.ErrAuth):
+		return fmt.Errorf("the sync server refused the token: check -token or $NOTES_TOKEN against your line in the server's tokens file (%w)", err)
+	}
+	return err
 }
 
 func envOr(key, def string) string {

@@ -237,3 +237,35 @@ func TestTwoDevicesThroughServer(t *testing.T) {
 		t.Errorf("a wrong token: %v", err)
 	}
 }
+
+// A token the sync server refuses gets a message about the token and
+// where it comes from, never the Google sign-in's: a token it does not
+// know (401), and the token of another user than the one whose store
+// this database syncs with (403).
+func TestServerRefusesToken(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	t.Setenv("NOTES_SERVER", "")
+	t.Setenv("NOTES_TOKEN", "")
+	st, err := syncserver.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "server.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const alice, bob = "alice-token-0123456789", "bob-token-0123456789ab"
+	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{alice: "alice", bob: "bob"}}))
+	defer srv.Close()
+	db := filepath.Join(t.TempDir(), "a.db")
+	a := cli{t, db, []string{"-server", srv.URL, "-token", alice}}
+	a.run("add", "alice's note")
+	a.run("sync")
+	for _, tc := range []struct{ name, token string }{
+		{"unknown token", "wrong-token-0123456789"},
+		{"another user's token", bob},
+	} {
+		msg := cli{t, db, []string{"-server", srv.URL, "-token", tc.token}}.fail("sync")
+		if strings.Contains(msg, "Google") || !strings.Contains(msg, "the sync server refused the token") || !strings.Contains(msg, "NOTES_TOKEN") {
+			t.Errorf("%s: %s\nwant a message about the sync server's token and $NOTES_TOKEN, not Google", tc.name, msg)
+		}
+	}
+}

@@ -183,7 +183,7 @@ func resolve(ctx context.Context, w io.Writer, a *notesapp.App, id, keep string)
 
 // watch syncs by itself until ctx is done (Ctrl-C), printing each sync's
 // result; Enter on standard input syncs at once.
-func watch(ctx context.Context, w io.Writer, e *drivesync.Engine, bar *progressBar) error {
+func watch(ctx context.Context, w io.Writer, e *drivesync.Engine, bar *progressBar, opts options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lines := make(chan struct{})
@@ -214,7 +214,7 @@ func watch(ctx context.Context, w io.Writer, e *drivesync.Engine, bar *progressB
 			bar.done()
 			stamp := time.Now().Format("15:04:05")
 			if err != nil {
-				fmt.Fprintf(w, "%s  sync failed: %v\n", stamp, notesapp.Advice(err))
+				fmt.Fprintf(w, "%s  sync failed: %v\n", stamp, remoteHelp(opts, notesapp.Advice(err)))
 				return
 			}
 			fmt.Fprintf(w, "%s  %s\n", stamp, notesapp.Summary(r))

@@ -96,6 +96,23 @@ func testErrorCodes(t *testing.T, d Driver) {
 		_, locked = conn.ExecContext(ctx, `DROP TABLE dropme`)
 	}()
 
+	// SQLITE_READONLY: a connection that may not write, as one on a
+	// file opened read-only is (query_only says so in every driver's
+	// DSN syntax alike).
+	var readOnly error
+	func() {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, `PRAGMA query_only = 1`); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.ExecContext(ctx, `PRAGMA query_only = 0`)
+		_, readOnly = conn.ExecContext(ctx, `INSERT INTO t (id) VALUES ('ro')`)
+	}()
+
 	var one int
 	tests := []struct {
 		name       string
@@ -119,6 +136,8 @@ func testErrorCodes(t *testing.T, d Driver) {
 		{"busy write, bound arguments", busyWriteArgs, 5, true, false},
 		{"busy, wrapped by the engine", &drivesync.Error{Op: "apply", Err: busyBegin}, 5, true, false},
 		{"locked table", locked, 6, true, false},
+		{"read-only connection", readOnly, 8, false, false},
+		{"read-only, wrapped by the engine", &drivesync.Error{Op: "sync", Err: readOnly}, 8, false, false},
 		{"syntax error", exec(`SELEC 1`), 1, false, false},
 		{"no such table", exec(`INSERT INTO missing VALUES (1)`), 1, false, false},
 		{"no rows", db.QueryRow(`SELECT 1 WHERE 0`).Scan(&one), -1, false, false},
@@ -129,10 +148,10 @@ func testErrorCodes(t *testing.T, d Driver) {
 			if tt.code != -1 && tt.err == nil {
 				t.Fatalf("%s: the statement did not fail", d.Name)
 			}
-			code, busy, constraint := sqliteerr.Code(tt.err), sqliteerr.IsBusy(tt.err), sqliteerr.IsConstraint(tt.err)
-			if code != tt.code || busy != tt.busy || constraint != tt.constraint {
-				t.Errorf("%s error %T %q: Code, IsBusy, IsConstraint = %d, %v, %v; want %d, %v, %v",
-					d.Name, tt.err, tt.err, code, busy, constraint, tt.code, tt.busy, tt.constraint)
+			code, busy, constraint, readOnly := sqliteerr.Code(tt.err), sqliteerr.IsBusy(tt.err), sqliteerr.IsConstraint(tt.err), sqliteerr.IsReadOnly(tt.err)
+			if code != tt.code || busy != tt.busy || constraint != tt.constraint || readOnly != (tt.code == sqliteerr.ReadOnly) {
+				t.Errorf("%s error %T %q: Code, IsBusy, IsConstraint, IsReadOnly = %d, %v, %v, %v; want %d, %v, %v, %v",
+					d.Name, tt.err, tt.err, code, busy, constraint, readOnly, tt.code, tt.busy, tt.constraint, tt.code == sqliteerr.ReadOnly)
 			}
 		})
 	}

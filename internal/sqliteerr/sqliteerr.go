@@ -22,6 +22,7 @@ import "reflect"
 const (
 	Busy       = 5  // SQLITE_BUSY: another connection holds the lock
 	Locked     = 6  // SQLITE_LOCKED: a conflict inside this connection's shared cache
+	ReadOnly   = 8  // SQLITE_READONLY: the connection may not write the database
 	Constraint = 19 // SQLITE_CONSTRAINT: a UNIQUE, NOT NULL, CHECK, ... refused the row
 )
 
@@ -70,6 +71,11 @@ func IsBusy(err error) bool {
 	c := Code(err)
 	return c == Busy || c == Locked
 }
+
+// IsReadOnly reports SQLITE_READONLY, extended codes included: the
+// database was opened read-only (mode=ro), or SQLite could not open its
+// file for writing and fell back to reading it.
+func IsReadOnly(err error) bool { return Code(err) == ReadOnly }
 
 // IsConstraint reports SQLITE_CONSTRAINT, extended codes included.
 func IsConstraint(err error) bool { return Code(err) == Constraint }
