@@ -26,13 +26,13 @@ button { font: inherit; padding: .3em .8em; }
 .pages { display: flex; justify-content: space-between; margin: .6em 0; }
 </style>
 </head>
-<body>
+<body{{if .Syncing}} data-syncing="1"{{end}}>
 <h1>Notes</h1>
 {{with .Error}}<p class="error" id="error">{{.}}</p>{{end}}
 <div class="bar">
-  <button id="sync" type="button">Sync now</button>
+  <button id="sync" type="button"{{if .Syncing}} disabled{{end}}>Sync now</button>
   <progress id="progress" max="1" value="0"></progress>
-  <span id="sync-state"></span>
+  <span id="sync-state">{{if .Syncing}}A sync is running…{{end}}</span>
 </div>
 
 <h2>Your notes, newest first</h2>
@@ -101,6 +101,15 @@ events.addEventListener("progress", e => {
 events.addEventListener("synced", e => {
   const r = JSON.parse(e.data);
   reload(r.error ? "Sync failed: " + r.error : "");
+});
+events.addEventListener("state", e => {
+  // The stream opens saying whether a sync runs: if so its progress and
+  // end follow; a sync this page showed running has ended if not.
+  if (JSON.parse(e.data).syncing) {
+    button.disabled = true;
+  } else if (document.body.dataset.syncing) {
+    reload("");
+  }
 });
 // reload shows this page of notes again, with error if there is one.
 function reload(error) {

@@ -82,9 +82,11 @@ type page struct {
 	// forms carry it, to come back to the same page. Newer and Older
 	// link to the pages before and after it, "" if there are none.
 	Here, Newer, Older string
-	Status             drivesync.Status
-	Conflicts          []drivesync.Conflict
-	Error              string
+	// Syncing says that a sync runs: the page says so and follows it.
+	Syncing   bool
+	Status    drivesync.Status
+	Conflicts []drivesync.Conflict
+	Error     string
 }
 
 func (s *server) index(w http.ResponseWriter, r *http.Request) {
@@ -98,6 +100,9 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	s.mu.Lock()
+	p.Syncing = s.syncing
+	s.mu.Unlock()
 	if p.Status, err = s.app.Engine.Status(ctx); err == nil {
 		p.Conflicts, err = s.app.Conflicts(ctx)
 	}
@@ -307,7 +312,13 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	ch := s.events.subscribe()
 	defer s.events.unsubscribe(ch)
-	fmt.Fprint(w, ": connected\n\n")
+	// Whether a sync runs, read after subscribing: if one runs, its end
+	// comes on ch. A page that showed a sync running that ended before it
+	// listened learns so here.
+	s.mu.Lock()
+	running := s.syncing
+	s.mu.Unlock()
+	fmt.Fprintf(w, "event: state\ndata: {\"syncing\":%t}\n\n", running)
 	fl.Flush()
 	for {
 		select {

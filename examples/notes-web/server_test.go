@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/drivesync/drivesync"
 )
 
 // TestCrossSiteFormPostCannotEditNotes: any web page the user visits can
@@ -286,6 +288,86 @@ func TestFormsOnALaterPage(t *testing.T) {
 	to = d.post(t, page.action(t, "/notes"), url.Values{"text": {"  "}})
 	if again := d.get(t, to); again.ids[0] != after.ids[0] || !strings.Contains(again.html, "a note needs some text") {
 		t.Fatalf("an empty note added on the second page goes to %s, which starts with %s; want the second page with the error", to, again.texts[0])
+	}
+}
+
+// heldRemote holds every List until released: a sync in flight.
+type heldRemote struct {
+	drivesync.Remote
+	listing chan struct{} // gets a value when a List waits
+	release chan struct{} // closed to let Lists go on
+}
+
+func (r *heldRemote) List(ctx context.Context, since time.Time) ([]drivesync.RemoteFile, error) {
+	select {
+	case r.listing <- struct{}{}:
+	default:
+	}
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return r.Remote.List(ctx, since)
+}
+
+// TestPageLoadedMidSyncSaysASyncRuns: a page loaded while a sync runs
+// says so (and the live progress takes over from there); once the sync
+// has ended, a page shows the last sync's status.
+func TestPageLoadedMidSyncSaysASyncRuns(t *testing.T) {
+	folder, err := drivesync.NewFolderRemote(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := &heldRemote{Remote: folder, listing: make(chan struct{}, 1), release: make(chan struct{})}
+	d := startDeviceOn(t, "a", remote)
+	const running = "A sync is running"
+	if p := d.get(t, "/"); strings.Contains(p.html, running) {
+		t.Fatal("before any sync the page says a sync is running")
+	}
+	events := d.srv.events.subscribe()
+	defer d.srv.events.unsubscribe(events)
+	res, err := http.Post(d.url+"/sync", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	select {
+	case <-remote.listing:
+	case <-time.After(time.Minute):
+		t.Fatal("the sync did not list the remote")
+	}
+
+	mid := d.get(t, "/")
+	released := false
+	defer func() {
+		if !released {
+			close(remote.release)
+		}
+	}()
+	if !strings.Contains(mid.html, running) {
+		t.Errorf("a page loaded while a sync runs does not say %q", running)
+	}
+	if !regexp.MustCompile(`<button id="sync" type="button" disabled>`).MatchString(mid.html) {
+		t.Error("a page loaded while a sync runs offers Sync now")
+	}
+
+	close(remote.release)
+	released = true
+	for ended := false; !ended; {
+		select {
+		case ev := <-events:
+			ended = ev.name == "synced"
+		case <-time.After(time.Minute):
+			t.Fatal("the sync did not end once released")
+		}
+	}
+	done := d.get(t, "/")
+	if strings.Contains(done.html, running) {
+		t.Error("after the sync the page still says one runs")
+	}
+	if !strings.Contains(done.html, "— ok") {
+		t.Errorf("after the sync the page does not show it ended well:\n%s", done.html)
 	}
 }
 
