@@ -42,12 +42,18 @@ type device struct {
 	srv  *server
 }
 
-func startDevice(t *testing.T, name, shared string) *device {
+func startDevice(t testing.TB, name, shared string) *device {
 	t.Helper()
 	remote, err := drivesync.NewFolderRemote(shared)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startDeviceOn(t, name, remote)
+}
+
+// startDeviceOn starts a device that syncs through remote.
+func startDeviceOn(t testing.TB, name string, remote drivesync.Remote) *device {
+	t.Helper()
 	srv, err := newServer(context.Background(), filepath.Join(t.TempDir(), name+".db"), drivesync.Config{Remote: remote, DeviceID: name}, "")
 	if err != nil {
 		t.Fatal(err)

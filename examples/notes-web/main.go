@@ -1,8 +1,10 @@
-// Command notes-web is the notes app as a small local web app: a list of
-// notes to add, edit and delete, a "Sync now" button whose progress bar
-// the engine feeds live (server-sent events), the sync's status, and the
-// values concurrent edits overwrote, to keep or dismiss. Each instance is
-// one device: its own database, syncing through a shared folder.
+// Command notes-web is the notes app as a small local web app: the notes,
+// newest first a page at a time, to add, edit and delete, a "Sync now"
+// button whose progress bar the engine feeds live (server-sent events),
+// the sync's status (a page opened during a sync says that one runs),
+// and the values concurrent edits overwrote, to keep or dismiss. Each
+// instance is one device: its own database, syncing through a shared
+// folder.
 //
 //	go run ./examples/notes-web -db a.db -remote DIR
 //

@@ -1,8 +1,9 @@
 package main
 
-// indexHTML is the app's one page. Forms post and come back to it; the
-// script only drives the Sync button: it posts /sync, shows the progress
-// the engine sends on /events, and reloads the page when the sync ends.
+// indexHTML is the app's one page, a page of notes at a time. Forms post
+// and come back to it; the script only drives the Sync button: it posts
+// /sync, shows the progress the engine sends on /events, and reloads the
+// page when the sync ends.
 const indexHTML = `<!doctype html>
 <html lang="en">
 <head>
@@ -22,35 +23,40 @@ button { font: inherit; padding: .3em .8em; }
 .status dt { float: left; width: 9em; color: #666; } .status dd { margin: 0 0 .2em 9em; }
 .conflict { background: #fff4e0; padding: .5em .8em; border-radius: 6px; margin: .4em 0; }
 .error { color: #a00; }
+.pages { display: flex; justify-content: space-between; margin: .6em 0; }
 </style>
 </head>
-<body>
+<body{{if .Syncing}} data-syncing="1"{{end}}>
 <h1>Notes</h1>
 {{with .Error}}<p class="error" id="error">{{.}}</p>{{end}}
 <div class="bar">
-  <button id="sync" type="button">Sync now</button>
+  <button id="sync" type="button"{{if .Syncing}} disabled{{end}}>Sync now</button>
   <progress id="progress" max="1" value="0"></progress>
-  <span id="sync-state"></span>
+  <span id="sync-state">{{if .Syncing}}A sync is running…{{end}}</span>
 </div>
 
-<h2>Your notes</h2>
-<ul id="notes">
-{{range .Notes}}
-  <li class="note" data-id="{{.ID}}">
-    <form method="post" action="/notes/{{.ID}}" style="display:flex;flex:1;gap:.5em">
-      <input type="text" name="text" value="{{.Text}}" aria-label="note text">
-      <button type="submit" class="save">Save</button>
-    </form>
-    <form method="post" action="/notes/{{.ID}}/delete"><button type="submit" class="delete">Delete</button></form>
-  </li>
-{{else}}
-  <li id="empty">No notes yet.</li>
-{{end}}
-</ul>
-<form method="post" action="/notes" class="bar">
+<h2>Your notes, newest first</h2>
+<form method="post" action="/notes{{.Here}}" class="bar">
   <input type="text" name="text" id="new-text" placeholder="A new note" style="flex:1">
   <button type="submit" id="add">Add</button>
 </form>
+<ul id="notes">
+{{range .Notes}}
+  <li class="note" data-id="{{.ID}}">
+    <form method="post" action="/notes/{{.ID}}{{$.Here}}" style="display:flex;flex:1;gap:.5em">
+      <input type="text" name="text" value="{{.Text}}" aria-label="note text">
+      <button type="submit" class="save">Save</button>
+    </form>
+    <form method="post" action="/notes/{{.ID}}/delete{{$.Here}}"><button type="submit" class="delete">Delete</button></form>
+  </li>
+{{else}}
+  <li id="empty">{{if .Newer}}No older notes.{{else}}No notes yet.{{end}}</li>
+{{end}}
+</ul>
+{{if or .Newer .Older}}<nav class="pages">
+  {{with .Newer}}<a id="newer" href="{{.}}">← Newer notes</a>{{else}}<span></span>{{end}}
+  {{with .Older}}<a id="older" href="{{.}}">Older notes →</a>{{end}}
+</nav>{{end}}
 
 <h2>Conflicts</h2>
 <div id="conflicts">
@@ -59,8 +65,8 @@ button { font: inherit; padding: .3em .8em; }
     Another device overwrote <b>{{join .Path "."}}</b> of a note:
     yours was <code class="loser">{{printf "%s" .Loser}}</code>,
     theirs is <code class="winner">{{printf "%s" .Winner}}</code> (from {{.WinnerDevice}}).
-    <form method="post" action="/conflicts/{{.ID}}/mine" style="display:inline"><button type="submit" class="keep-mine">Keep mine</button></form>
-    <form method="post" action="/conflicts/{{.ID}}/theirs" style="display:inline"><button type="submit" class="keep-theirs">Keep theirs</button></form>
+    <form method="post" action="/conflicts/{{.ID}}/mine{{$.Here}}" style="display:inline"><button type="submit" class="keep-mine">Keep mine</button></form>
+    <form method="post" action="/conflicts/{{.ID}}/theirs{{$.Here}}" style="display:inline"><button type="submit" class="keep-theirs">Keep theirs</button></form>
   </div>
 {{else}}
   <p id="no-conflicts">No conflicts.</p>
@@ -94,12 +100,24 @@ events.addEventListener("progress", e => {
 });
 events.addEventListener("synced", e => {
   const r = JSON.parse(e.data);
-  if (r.error) {
-    location.href = "/?error=" + encodeURIComponent("Sync failed: " + r.error);
-  } else {
-    location.href = "/";
+  reload(r.error ? "Sync failed: " + r.error : "");
+});
+events.addEventListener("state", e => {
+  // The stream opens saying whether a sync runs: if so its progress and
+  // end follow; a sync this page showed running has ended if not.
+  if (JSON.parse(e.data).syncing) {
+    button.disabled = true;
+  } else if (document.body.dataset.syncing) {
+    reload("");
   }
 });
+// reload shows this page of notes again, with error if there is one.
+function reload(error) {
+  const u = new URL(location.href);
+  u.searchParams.delete("error");
+  if (error) u.searchParams.set("error", error);
+  location.href = u;
+}
 button.addEventListener("click", () => {
   button.disabled = true;
   state.textContent = "syncing…";

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,9 +71,19 @@ func (s *server) routes() {
 	s.mux.HandleFunc("GET /events", s.stream)
 }
 
+// pageSize is how many notes a page lists: the page stays small and
+// quick however many notes the database holds.
+const pageSize = 100
+
 // page is what the index template shows.
 type page struct {
-	Notes     []notesapp.Note
+	Notes []notesapp.Note
+	// Here is the query that names this page ("" for the first): the
+	// forms carry it, to come back to the same page. Newer and Older
+	// link to the pages before and after it, "" if there are none.
+	Here, Newer, Older string
+	// Syncing says that a sync runs: the page says so and follows it.
+	Syncing   bool
 	Status    drivesync.Status
 	Conflicts []drivesync.Conflict
 	Error     string
@@ -77,12 +91,20 @@ type page struct {
 
 func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	var p page
-	var err error
-	if p.Notes, err = s.app.List(ctx); err == nil {
-		if p.Status, err = s.app.Engine.Status(ctx); err == nil {
-			p.Conflicts, err = s.app.Conflicts(ctx)
+	p, err := s.notesPage(ctx, r.URL.Query())
+	if err != nil {
+		if errors.Is(err, errPageLink) {
+			goTo(w, r, nil, err) // the first page, which says what happened
+			return
 		}
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	s.mu.Lock()
+	p.Syncing = s.syncing
+	s.mu.Unlock()
+	if p.Status, err = s.app.Engine.Status(ctx); err == nil {
+		p.Conflicts, err = s.app.Conflicts(ctx)
 	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -95,11 +117,124 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// back redirects to the index, with err shown if there is one.
+// notesPage reads the page of notes q names. A page is named by the note
+// it starts after (?after=, read toward older notes) or ends before
+// (?before=, toward newer ones), not by a count of notes to skip, so a
+// page deep in the list is read from the index as quickly as the first.
+// A note is named by its notesapp.Key, as JSON [updated_at, id] in
+// base64url.
+func (s *server) notesPage(ctx context.Context, q url.Values) (page, error) {
+	var p page
+	var notes notesapp.Page
+	var err error
+	switch {
+	case q.Has("after"):
+		var after notesapp.Key
+		if after, err = decodeKey(q.Get("after")); err != nil {
+			return p, err
+		}
+		if notes, err = s.app.Older(ctx, &after, pageSize); err != nil {
+			return p, err
+		}
+		p.Here = "?after=" + q.Get("after")
+		p.Newer = "/?before=" + q.Get("after") // when the page is empty: the notes before it
+		if len(notes.Keys) > 0 {
+			p.Newer = "/?before=" + encodeKey(notes.Keys[0])
+		}
+		if notes.More {
+			p.Older = "/?after=" + encodeKey(notes.Keys[len(notes.Keys)-1])
+		}
+	case q.Has("before"):
+		var before notesapp.Key
+		if before, err = decodeKey(q.Get("before")); err != nil {
+			return p, err
+		}
+		if notes, err = s.app.Newer(ctx, before, pageSize); err != nil {
+			return p, err
+		}
+		if !notes.More {
+			// The first page, and perhaps short of it: the first page as
+			// it is, full.
+			return s.notesPage(ctx, nil)
+		}
+		p.Here = "?before=" + q.Get("before")
+		p.Newer = "/?before=" + encodeKey(notes.Keys[0])
+		p.Older = "/?after=" + encodeKey(notes.Keys[len(notes.Keys)-1])
+	default:
+		if notes, err = s.app.Older(ctx, nil, pageSize); err != nil {
+			return p, err
+		}
+		if notes.More {
+			p.Older = "/?after=" + encodeKey(notes.Keys[len(notes.Keys)-1])
+		}
+	}
+	p.Notes = notes.Notes
+	return p, nil
+}
+
+// errPageLink is a page link (?after= or ?before=) the app did not make.
+var errPageLink = errors.New("bad page link")
+
+func encodeKey(k notesapp.Key) string {
+	var at any // NULL: JSON null
+	if k.UpdatedAt.Valid {
+		at = k.UpdatedAt.String
+	}
+	b, _ := json.Marshal([]any{at, k.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeKey(s string) (notesapp.Key, error) {
+	var k notesapp.Key
+	var parts []*string
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &parts)
+	}
+	if err != nil || len(parts) != 2 || parts[1] == nil {
+		return k, fmt.Errorf("%w: %q names no note's place (this app did not make it); here are the newest notes", errPageLink, s)
+	}
+	if parts[0] != nil {
+		k.UpdatedAt = sql.NullString{String: *parts[0], Valid: true}
+	}
+	k.ID = *parts[1]
+	return k, nil
+}
+
+// back redirects to the page of notes the form was on (its query names
+// it, see page.Here), with err shown if there is one.
 func back(w http.ResponseWriter, r *http.Request, err error) {
-	to := "/"
+	here := url.Values{}
+	for _, name := range []string{"after", "before"} {
+		if r.URL.Query().Has(name) {
+			here.Set(name, r.URL.Query().Get(name))
+		}
+	}
+	goTo(w, r, here, err)
+}
+
+// toNewest redirects to the first page, where a note just added or
+// edited is, or back to the form's page to show err.
+func toNewest(w http.ResponseWriter, r *http.Request, err error) {
 	if err != nil {
-		to += "?error=" + template.URLQueryEscaper(err.Error())
+		back(w, r, err)
+		return
+	}
+	goTo(w, r, nil, nil)
+}
+
+// goTo redirects to the page of notes q names, with err shown if there is
+// one.
+func goTo(w http.ResponseWriter, r *http.Request, q url.Values, err error) {
+	if q == nil {
+		q = url.Values{}
+	}
+	if err != nil {
+		q.Set("error", err.Error())
+	}
+	to := "/"
+	if len(q) > 0 {
+		to += "?" + q.Encode()
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
@@ -111,11 +246,11 @@ func (s *server) add(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, err := s.app.Add(r.Context(), text)
-	back(w, r, err)
+	toNewest(w, r, err)
 }
 
 func (s *server) edit(w http.ResponseWriter, r *http.Request) {
-	back(w, r, s.app.Update(r.Context(), r.PathValue("id"), "text", r.FormValue("text")))
+	toNewest(w, r, s.app.Update(r.Context(), r.PathValue("id"), "text", r.FormValue("text")))
 }
 
 func (s *server) remove(w http.ResponseWriter, r *http.Request) {
@@ -177,7 +312,13 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	ch := s.events.subscribe()
 	defer s.events.unsubscribe(ch)
-	fmt.Fprint(w, ": connected\n\n")
+	// Whether a sync runs, read after subscribing: if one runs, its end
+	// comes on ch. A page that showed a sync running that ended before it
+	// listened learns so here.
+	s.mu.Lock()
+	running := s.syncing
+	s.mu.Unlock()
+	fmt.Fprintf(w, "event: state\ndata: {\"syncing\":%t}\n\n", running)
 	fl.Flush()
 	for {
 		select {

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +30,12 @@ const Schema = `CREATE TABLE IF NOT EXISTS notes (
 	updated_at TEXT
 )`
 
+// newestIndex serves Older and Newer: the notes not soft-deleted, in the
+// order they walk (backward, for the newest first), so that a page seeks
+// to its first note and reads on rather than sorting every note.
+const newestIndex = `CREATE INDEX IF NOT EXISTS notes_newest ON notes (updated_at, id)
+WHERE content ->> '$.deleted_at' IS NULL`
+
 // Now is the time stamp notes carry: RFC 3339 in UTC.
 func Now() string { return time.Now().UTC().Format(time.RFC3339) }
 
@@ -44,9 +52,11 @@ func openDB(ctx context.Context, dbPath string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := db.ExecContext(ctx, Schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open %s: %w", dbPath, err)
+	for _, ddl := range []string{Schema, newestIndex} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open %s: %w", dbPath, err)
+		}
 	}
 	return db, nil
 }
@@ -233,6 +243,10 @@ ORDER BY updated_at, content ->> '$.text', id`)
 	if err != nil {
 		return nil, err
 	}
+	return scanNotes(rows)
+}
+
+func scanNotes(rows *sql.Rows) ([]Note, error) {
 	defer rows.Close()
 	var notes []Note
 	for rows.Next() {
@@ -243,6 +257,105 @@ ORDER BY updated_at, content ->> '$.text', id`)
 		notes = append(notes, n)
 	}
 	return notes, rows.Err()
+}
+
+// Key is a note's place in the order Older and Newer list notes in: the
+// newest change first, and among notes changed in the same second the
+// greater id first; notes without updated_at (NULL) come last. A page of
+// notes is named by the key of its first or last note, so that notes
+// added or deleted before it do not shift it, as counting from the start
+// would.
+type Key struct {
+	UpdatedAt sql.NullString
+	ID        string
+}
+
+// Page is a page of notes in the newest-first order (see Key).
+type Page struct {
+	Notes []Note
+	Keys  []Key // Keys[i] is Notes[i]'s place in the order
+	// More says that more notes lie beyond the page, on the side it was
+	// read toward: older ones after a page from Older, newer ones before
+	// a page from Newer.
+	More bool
+}
+
+// Older returns up to limit notes that are not soft-deleted, newest
+// change first, from those after after in that order (from the newest
+// if after is nil).
+func (a *App) Older(ctx context.Context, after *Key, limit int) (Page, error) {
+	r := pageReader{db: a.DB, limit: limit}
+	switch {
+	case after == nil: // NULLs sort first, so last backward
+		r.read(ctx, `ORDER BY updated_at DESC, id DESC`)
+	case after.UpdatedAt.Valid:
+		r.read(ctx, `AND (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC`, after.UpdatedAt.String, after.ID)
+		r.read(ctx, `AND updated_at IS NULL ORDER BY id DESC`)
+	default:
+		r.read(ctx, `AND updated_at IS NULL AND id < ? ORDER BY id DESC`, after.ID)
+	}
+	return r.done()
+}
+
+// Newer returns the up to limit notes that are not soft-deleted and come
+// just before before in the newest-first order, in that order.
+func (a *App) Newer(ctx context.Context, before Key, limit int) (Page, error) {
+	r := pageReader{db: a.DB, limit: limit}
+	if before.UpdatedAt.Valid {
+		r.read(ctx, `AND (updated_at, id) > (?, ?) ORDER BY updated_at, id`, before.UpdatedAt.String, before.ID)
+	} else {
+		r.read(ctx, `AND updated_at IS NULL AND id > ? ORDER BY id`, before.ID)
+		r.read(ctx, `AND updated_at IS NOT NULL ORDER BY updated_at, id`)
+	}
+	p, err := r.done()
+	slices.Reverse(p.Notes)
+	slices.Reverse(p.Keys)
+	return p, err
+}
+
+// pageReader gathers a page from the stretches of the order that Older
+// and Newer read in turn, each an index range, reading one note more
+// than the page holds to tell whether more follow.
+type pageReader struct {
+	db    *sql.DB
+	limit int
+	page  Page
+	err   error
+}
+
+// read appends the notes that the query's tail (after the condition that
+// a note is not deleted) picks, until the page is full.
+func (r *pageReader) read(ctx context.Context, tail string, args ...any) {
+	want := r.limit + 1 - len(r.page.Notes)
+	if r.err != nil || want <= 0 {
+		return
+	}
+	rows, err := r.db.QueryContext(ctx, `SELECT id, coalesce(content ->> '$.text', ''), updated_at
+FROM notes WHERE content ->> '$.deleted_at' IS NULL `+tail+` LIMIT `+strconv.Itoa(want), args...)
+	if err != nil {
+		r.err = err
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n Note
+		var k Key
+		if err := rows.Scan(&k.ID, &n.Text, &k.UpdatedAt); err != nil {
+			r.err = err
+			return
+		}
+		n.ID, n.UpdatedAt = k.ID, k.UpdatedAt.String
+		r.page.Notes, r.page.Keys = append(r.page.Notes, n), append(r.page.Keys, k)
+	}
+	r.err = rows.Err()
+}
+
+func (r *pageReader) done() (Page, error) {
+	p := r.page
+	if p.More = len(p.Notes) > r.limit; p.More {
+		p.Notes, p.Keys = p.Notes[:r.limit], p.Keys[:r.limit]
+	}
+	return p, r.err
 }
 
 // Summary says in one line what a sync did.
