@@ -126,7 +126,8 @@ type Report struct {
 	// that this sync published and merged (see Sync).
 	Recovered string
 	// ChangesReceived counts the changes applied from downloaded files;
-	// ChangesSent the changes in the uploaded files.
+	// ChangesSent the changes in the uploaded files, counted as each
+	// goes, so that a sync that fails after an upload still tells it.
 	ChangesReceived, ChangesSent int
 	// Rejected lists remote files that were skipped because they are
 	// malformed, too large or of a newer format, or because the remote

@@ -143,15 +143,14 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 		}
 		total += d.size
 	}
-	s.e.progress("download", 0, len(f.download))
-	s.e.progressTotalBytes(total)
+	s.e.progressStart("download", len(f.download), total, 0)
 	for i, d := range f.download {
-		s.e.progress("download", i, len(f.download))
+		s.e.progressFile(i)
 		if err := f.fetchFile(ctx, d); err != nil {
 			return nil, err
 		}
 	}
-	s.e.progress("download", len(f.download), len(f.download))
+	s.e.progressEnd()
 	if err := f.coverMissing(ctx); err != nil {
 		return nil, err
 	}

@@ -288,14 +288,14 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 			l.since = prev.Add(-e.cfg.ListOverlap)
 		}
 	}
-	e.progress("list", 0, 1)
+	e.progressStart("list", 1, 0, 0)
 	if l.files, err = e.cfg.Remote.List(ctx, l.since); err != nil {
 		return nil, remoteErr("list", "", err)
 	}
 	if l.since.IsZero() {
 		s.noteRemoteSize(l.files)
 	}
-	e.progress("list", 1, 1)
+	e.progressEnd()
 	return l, nil
 }
 
