@@ -167,13 +167,14 @@ func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
 		if err := s.reserve(ctx, p, time.Now()); err != nil {
 			return nil, nil, err
 		}
+		// No file moves: Report.Uploaded stays "", and ChangesSent
+		// tells what went out.
 		e.progressStart("upload", len(p.uploads), 0, p.sent)
 		for i, up := range p.uploads {
 			e.progressFile(i)
 			if err := s.pushFile(ctx, up.name); err != nil {
 				return nil, nil, err
 			}
-			s.report.Uploaded = up.name
 			s.report.ChangesSent += up.sent
 			e.progressRecords(up.sent)
 			e.log.Info("drivesync: pushed", "batch", up.name, "changes", up.sent)

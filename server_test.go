@@ -109,3 +109,28 @@ func TestProgressThroughServer(t *testing.T) {
 		t.Errorf("apply starts at %+v, want a total of %d records", ap, own+received)
 	}
 }
+
+// TestReportUploadedThroughServer: a sync through a server moves no
+// file, so Report.Uploaded, like Report.Downloaded, is empty; ChangesSent
+// and ChangesReceived count what went out and what came in.
+func TestReportUploadedThroughServer(t *testing.T) {
+	ctx := context.Background()
+	url := startSyncServer(t)
+	dbA, a := serverDevice(t, url, "dev-a", 0, nil)
+	_, b := serverDevice(t, url, "dev-b", 0, nil)
+	insertNotes(t, dbA, "a", 3)
+	r, err := a.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Uploaded != "" || r.ChangesSent != 3 {
+		t.Errorf("a pushed: Uploaded %q, ChangesSent %d; want no file named and 3 changes sent", r.Uploaded, r.ChangesSent)
+	}
+	r, err = b.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Downloaded) != 0 || r.Uploaded != "" || r.ChangesReceived != 3 || r.ChangesSent != 0 {
+		t.Errorf("b pulled: %+v; want no file named and 3 changes received", r)
+	}
+}
