@@ -236,7 +236,8 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 		f.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, f.limits.MaxFileSize))
 		return nil
 	}
-	rc, err := e.openFile(ctx, d.name)
+	progress := &progressReader{e: e}
+	rc, err := e.openFile(ctx, d.name, progress)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.vanished(d)
@@ -254,8 +255,7 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	var maxV int64
 	var spoolErr error
-	progress := &progressReader{r: rc, e: e}
-	src := &countingReader{r: &limitedReader{r: progress, n: f.limits.MaxFileSize, what: "compressed file"}}
+	src := &countingReader{r: &limitedReader{r: rc, n: f.limits.MaxFileSize, what: "compressed file"}}
 	err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
 		progress.report()
 		maxV = max(maxV, c.version)

@@ -126,7 +126,7 @@ func (r *outboxReader) Seek(offset int64, whence int) (int64, error) {
 // remoteMatchesOutbox reports whether the remote file of that name holds
 // exactly the stored upload.
 func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, error) {
-	rc, err := s.e.openFile(ctx, name)
+	rc, err := s.e.openFile(ctx, name, nil)
 	if err != nil {
 		return false, err
 	}

@@ -16,6 +16,11 @@ import (
 // is one the step does not know yet (or nothing to move); it is never
 // negative. The step's last update has every count at its total, an
 // unknown total then being what the step moved.
+//
+// A snapshot that a sync loads (a new device starts from one) is a
+// download of its own, one file, before the download of the files after
+// it, which starts again from 0: only the snapshot tells which files
+// the sync still needs.
 type Progress struct {
 	Step string // "list", "download", "upload" or "apply"
 	// Done counts the files done in this step, of Total. The apply step
@@ -26,7 +31,10 @@ type Progress struct {
 	Total int
 	// Bytes counts the bytes downloaded or uploaded so far in this step,
 	// TotalBytes those the step will move (0 when unknown: a remote that
-	// lists no sizes, a server's pages).
+	// lists no sizes, a server's pages). A download counts the files'
+	// bytes as the remote lists them, an upload as this device wrote
+	// them, before an encrypted store seals them; a file a Remote sends
+	// again is counted again from its start.
 	Bytes, TotalBytes int64
 	// Records counts the changes applied so far ("apply": this device's
 	// own, then those received), sent ("upload") or pulled from a Server
