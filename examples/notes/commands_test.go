@@ -146,9 +146,10 @@ func TestStatusAndConflicts(t *testing.T) {
 }
 
 // Progress goes to standard error, as plain lines when it is not a
-// terminal: each step's first and last, in the changes it moves when it
-// knows their total, else in files, else in the changes so far (a sync
-// server's pull, whose total its last page tells).
+// terminal: each step's first and last (a download that starts again
+// from 0, after a snapshot's, is a step again), in the changes it moves
+// when it knows their total, else in files, else in the changes so far
+// (a sync server's pull, whose total its last page tells).
 func TestProgressLines(t *testing.T) {
 	var out bytes.Buffer
 	bar := newProgressBar(&out)
@@ -159,6 +160,8 @@ func TestProgressLines(t *testing.T) {
 		bar.show(drivesync.Progress{Step: "apply", Done: min(i, 2), Total: 2, Records: 100 * i, TotalRecords: 200})
 	}
 	bar.done()
+	bar.show(drivesync.Progress{Step: "download", Total: 1, TotalBytes: 10})
+	bar.show(drivesync.Progress{Step: "download", Done: 1, Total: 1, Bytes: 10, TotalBytes: 10})
 	bar.show(drivesync.Progress{Step: "download"})
 	for i := range 3 {
 		bar.show(drivesync.Progress{Step: "download", Records: 500 * (i + 1)})
@@ -168,7 +171,7 @@ func TestProgressLines(t *testing.T) {
 	bar.show(drivesync.Progress{Step: "upload", Done: 1, Total: 1, Records: 4, TotalRecords: 4})
 	bar.done()
 	want := "download 0/3 files\ndownload 3/3 files\napply 0/200 changes\napply 200/200 changes\n" +
-		"download 0 changes\ndownload 1500/1500 changes\nupload 0/4 changes\nupload 4/4 changes\n"
+		"download 0/1 files\ndownload 1/1 files\ndownload 0 changes\ndownload 1500/1500 changes\nupload 0/4 changes\nupload 4/4 changes\n"
 	if got := out.String(); got != want {
 		t.Fatalf("plain progress\n%s\nwant\n%s", got, want)
 	}

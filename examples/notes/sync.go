@@ -23,10 +23,10 @@ type progressBar struct {
 	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
-	drawn bool   // a bar is on the terminal's last line
-	step  string // the step shown
-	held  string // the step's latest plain line, printed when it ends
-	last  string // the last plain line printed, not to repeat it
+	drawn bool               // a bar is on the terminal's last line
+	shown drivesync.Progress // the latest update
+	held  string             // the step's latest plain line, printed when it ends
+	last  string             // the last plain line printed, not to repeat it
 }
 
 func newProgressBar(w io.Writer) *progressBar {
@@ -41,17 +41,19 @@ func (b *progressBar) show(p drivesync.Progress) {
 	if p.Step == "list" {
 		return
 	}
+	prev := b.shown
+	b.shown = p
 	if !b.tty {
-		// The engine's updates for a step end with its last; which one
-		// that is shows only when the next step starts, or the sync
-		// ends (done).
+		// Which update is a step's last shows only when the next step
+		// starts, or the sync ends (done). A step may start again from
+		// 0 (a snapshot's download, then the files').
 		line := p.Step + " " + counts(p)
-		if p.Step == b.step {
+		moved := func(p drivesync.Progress) bool { return p.Done > 0 || p.Bytes > 0 || p.Records > 0 }
+		if p.Step == prev.Step && (moved(p) || !moved(prev)) {
 			b.held = line
 			return
 		}
 		b.flush()
-		b.step = p.Step
 		b.print(line)
 		return
 	}
@@ -114,7 +116,7 @@ func (b *progressBar) done() {
 		b.drawn = false
 	}
 	b.flush()
-	b.step, b.last = "", ""
+	b.shown, b.last = drivesync.Progress{}, ""
 }
 
 func size(n int64) string {
