@@ -178,6 +178,7 @@ func (f *fetcher) loadSnapshot(ctx context.Context, snap RemoteFile) error {
 	if err != nil {
 		return err
 	}
+	f.e.progressRest(0, snap.Size)
 	f.e.progressEnd()
 	if d.spool == nil {
 		return nil

@@ -146,9 +146,11 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 	s.e.progressStart("download", len(f.download), total, 0)
 	for i, d := range f.download {
 		s.e.progressFile(i)
+		from := s.e.meter.p.Bytes
 		if err := f.fetchFile(ctx, d); err != nil {
 			return nil, err
 		}
+		s.e.progressRest(from, d.size)
 	}
 	s.e.progressEnd()
 	if err := f.coverMissing(ctx); err != nil {

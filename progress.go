@@ -33,8 +33,9 @@ type Progress struct {
 	// TotalBytes those the step will move (0 when unknown: a remote that
 	// lists no sizes, a server's pages). A download counts the files'
 	// bytes as the remote lists them, an upload as this device wrote
-	// them, before an encrypted store seals them; a file a Remote sends
-	// again is counted again from its start.
+	// them, before an encrypted store seals them. A file rejected unread
+	// or read in part counts whole once the sync is past it; a file a
+	// Remote sends again is counted again from its start.
 	Bytes, TotalBytes int64
 	// Records counts the changes applied so far ("apply": this device's
 	// own, then those received), sent ("upload") or pulled from a Server
@@ -79,6 +80,16 @@ func (e *Engine) progressFile(done int) {
 func (e *Engine) progressBytes(n int64) {
 	e.meter.p.Bytes += n
 	e.emitProgress(false)
+}
+
+// progressRest counts as moved what the step has not counted of a file
+// of size bytes (-1: unknown) whose reading started when the step had
+// moved from: a file rejected before or while it was read is behind the
+// sync all the same.
+func (e *Engine) progressRest(from, size int64) {
+	if rest := from + size - e.meter.p.Bytes; size > 0 && rest > 0 {
+		e.progressBytes(rest)
+	}
 }
 
 // progressRecords adds n changes moved in the current step. Counted one
