@@ -127,12 +127,14 @@ func (s *applier) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	total := 1 + len(s.f.files)
-	e.progress("apply", 0, total)
+	// The step's records are those writes counts: this device's own
+	// changes, then every received file's.
+	e.progressStart("apply", 1+len(s.f.files), 0, writes)
 	// Not parsed ahead: an ordinary table's row almost always holds its
 	// planned content already (planRowCanonical), and the parse would
 	// go to waste.
 	err = s.p.changes.each(func(c fileChange) error {
+		e.progressRecords(1)
 		if err := s.applyOwn(ctx, c); err != nil {
 			return err
 		}
@@ -147,6 +149,7 @@ func (s *applier) apply(ctx context.Context) error {
 	if err := s.clearPending(ctx); err != nil {
 		return err
 	}
+	e.progressFile(1)
 	for i, d := range s.f.files {
 		err := d.spool.eachWith(e.parseAhead, func(c fileChange) error {
 			e.progressRecords(1)
@@ -162,14 +165,13 @@ func (s *applier) apply(ctx context.Context) error {
 			return err
 		}
 		s.report.ChangesReceived += d.spool.n
-		if s.l.server {
-			continue // the records pulled from a Server: no file to record
+		if !s.l.server { // the records pulled from a Server: no file to record
+			s.report.Downloaded = append(s.report.Downloaded, d.name)
+			if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq, holds) VALUES (?, 'applied', ?, ?, ?)`, d.name, max(d.size, 0), d.seq, heldText(d.holds)); err != nil {
+				return err
+			}
 		}
-		s.report.Downloaded = append(s.report.Downloaded, d.name)
-		if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq, holds) VALUES (?, 'applied', ?, ?, ?)`, d.name, max(d.size, 0), d.seq, heldText(d.holds)); err != nil {
-			return err
-		}
-		e.progress("apply", i+1, total)
+		e.progressFile(i + 2)
 	}
 	if err := s.rebasePending(ctx); err != nil {
 		return err
@@ -190,9 +192,11 @@ func (s *applier) apply(ctx context.Context) error {
 	if err := s.trimConflicts(ctx); err != nil {
 		return err
 	}
-	err = w.end(ctx)
-	e.progress("apply", total, total)
-	return err
+	if err := w.end(ctx); err != nil {
+		return err
+	}
+	e.progressEnd()
+	return nil
 }
 
 // parseAhead works out, on a spool replay's reading goroutine (see

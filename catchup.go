@@ -142,7 +142,7 @@ func (r rejection) Error() string { return r.err.Error() }
 // readHeader reads the header of a snapshot on the remote.
 func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, error) {
 	_, _, device, _ := parseFileName(name)
-	rc, err := s.e.openFile(ctx, name)
+	rc, err := s.e.openFile(ctx, name, nil)
 	if unreadableFile(ctx, err) {
 		return stateHeader{}, rejection{err}
 	}
@@ -171,9 +171,17 @@ func (s *syncRun) readHeader(ctx context.Context, name string) (stateHeader, err
 // the listing, is skipped.
 func (f *fetcher) loadSnapshot(ctx context.Context, snap RemoteFile) error {
 	d := &downloaded{name: snap.Name, size: snap.Size, kind: kindSnapshot, byName: f.byName[snap.Name]}
+	// A download of its own: which files the snapshot spares the sync
+	// shows only once it is read, so it cannot count in the files'.
+	f.e.progressStart("download", 1, max(snap.Size, 0), 0)
 	h, err := f.fetchStateFile(ctx, d, f.limits.MaxSnapshotSize)
-	if err != nil || d.spool == nil {
+	if err != nil {
 		return err
+	}
+	f.e.progressRest(0, snap.Size)
+	f.e.progressEnd()
+	if d.spool == nil {
+		return nil
 	}
 	f.loaded = append(f.loaded, d)
 	for _, name := range slices.Concat(h.included, h.knows, []string{snap.Name}) {
@@ -362,7 +370,8 @@ func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 		f.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, limit))
 		return stateHeader{}, nil
 	}
-	rc, err := e.openFile(ctx, d.name)
+	progress := &progressReader{e: e}
+	rc, err := e.openFile(ctx, d.name, progress)
 	if errors.Is(err, fs.ErrNotExist) {
 		if d.kind == kindMerge {
 			f.vanished(d)
@@ -385,8 +394,7 @@ func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 	}
 	var maxV int64
 	var spoolErr error
-	progress := &progressReader{r: rc, e: e}
-	src := &countingReader{r: &limitedReader{r: progress, n: limit, what: "compressed file"}}
+	src := &countingReader{r: &limitedReader{r: rc, n: limit, what: "compressed file"}}
 	h, err := decodeStateFile(src, device, f.limits, func(c fileChange) error {
 		progress.report()
 		maxV = max(maxV, c.version)

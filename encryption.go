@@ -398,19 +398,29 @@ func (e *Engine) listedOver(d *downloaded, limit int64) bool {
 
 // openFile opens a store file, decrypting it if the store is encrypted.
 // Errors of decryption come as read errors that match seal.ErrSealed.
-func (e *Engine) openFile(ctx context.Context, name string) (io.ReadCloser, error) {
+// counted, if not nil, counts the bytes as the remote holds them, sealed
+// or not (a listing's sizes measure those), as the current step's (see
+// Progress).
+func (e *Engine) openFile(ctx context.Context, name string, counted *progressReader) (io.ReadCloser, error) {
 	rc, err := e.cfg.Remote.Open(ctx, name)
-	if err != nil || e.cfg.Encryption == nil {
+	if err != nil || (counted == nil && e.cfg.Encryption == nil) {
 		return rc, err
 	}
-	if e.keys == nil {
-		rc.Close()
-		return nil, errors.New("drivesync: internal error: a file read before the store's keys were bound")
+	var r io.Reader = rc
+	if counted != nil {
+		counted.r, r = rc, counted
+	}
+	if e.cfg.Encryption != nil {
+		if e.keys == nil {
+			rc.Close()
+			return nil, errors.New("drivesync: internal error: a file read before the store's keys were bound")
+		}
+		r = seal.Decrypt(r, name, e.keys.read)
 	}
 	return struct {
 		io.Reader
 		io.Closer
-	}{seal.Decrypt(rc, name, e.keys.read), rc}, nil
+	}{r, rc}, nil
 }
 
 // createFile creates a store file, encrypted if the store is.
@@ -419,6 +429,7 @@ func (e *Engine) openFile(ctx context.Context, name string) (io.ReadCloser, erro
 // temporary file first. progress says that its bytes are the current
 // step's (see Progress).
 func (e *Engine) createFile(ctx context.Context, name string, content io.ReadSeeker, progress bool) error {
+	counted := &uploadReader{e: e, progress: progress}
 	if e.cfg.Encryption != nil {
 		if e.keys == nil {
 			return errors.New("drivesync: internal error: a file written before the store's keys were bound")
@@ -433,15 +444,18 @@ func (e *Engine) createFile(ctx context.Context, name string, content io.ReadSee
 		}
 		defer os.Remove(f.Name())
 		defer f.Close()
-		if _, err := io.Copy(f, sealed); err != nil {
+		if counted.sealed, err = io.Copy(f, sealed); err != nil {
 			return &Error{Op: "upload", File: name, Err: fmt.Errorf("seal: %w", err)}
+		}
+		if counted.plain, err = content.Seek(0, io.SeekCurrent); err != nil {
+			return &Error{Op: "upload", File: name, Err: err}
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return &Error{Op: "upload", File: name, Err: err}
 		}
 		content = f
 	}
-	counted := &uploadReader{r: content, e: e, progress: progress}
+	counted.r = content
 	err := e.cfg.Remote.Create(ctx, name, counted)
 	if err == nil {
 		e.uploaded += counted.n
@@ -457,13 +471,29 @@ type uploadReader struct {
 	e        *Engine
 	progress bool
 	n        int64
+	// A sealed file's bytes count for Progress as the share they are of
+	// the plain file's, whose size the step's total holds: plain of
+	// sealed bytes (0: not sealed).
+	plain, sealed int64
+}
+
+// shown is what n bytes read count for in Progress.
+func (u *uploadReader) shown(n int64) int64 {
+	switch {
+	case u.sealed == 0:
+		return n
+	case n >= u.sealed:
+		return u.plain
+	}
+	return int64(float64(n) / float64(u.sealed) * float64(u.plain))
 }
 
 func (u *uploadReader) Read(p []byte) (int, error) {
 	n, err := u.r.Read(p)
+	before := u.n
 	u.n += int64(n)
-	if u.progress && n > 0 {
-		u.e.progressBytes(int64(n))
+	if d := u.shown(u.n) - u.shown(before); u.progress && d > 0 {
+		u.e.progressBytes(d)
 	}
 	return n, err
 }
@@ -472,7 +502,7 @@ func (u *uploadReader) Seek(offset int64, whence int) (int64, error) {
 	pos, err := u.r.Seek(offset, whence)
 	if err == nil && pos < u.n {
 		if u.progress {
-			u.e.meter.p.Bytes -= u.n - pos
+			u.e.meter.p.Bytes -= u.shown(u.n) - u.shown(pos)
 		}
 		u.n = pos
 	}

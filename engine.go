@@ -117,17 +117,26 @@ type Table struct {
 
 // Report says what one Sync did.
 type Report struct {
-	Downloaded []string // remote files applied, in the order applied
+	// Downloaded names the remote files applied, in the order applied.
+	// Through a Server, which sends records, not files, it is empty:
+	// ChangesReceived counts what came.
+	Downloaded []string
 	// Uploaded names the file uploaded, or "" if there was nothing to
 	// send. Changes that do not fit in one file (the store's
 	// MaxFileSize, MaxExpandedSize) go in several, uploaded one after
-	// another by the same Sync; Uploaded names the last.
+	// another by the same Sync; Uploaded names the last. Through a
+	// Server, which takes pushes of records, not files, it is always "":
+	// ChangesSent counts what went out. Whatever the remote, ChangesSent
+	// > 0 says that a sync sent something.
 	Uploaded string
 	// Recovered names an earlier sync's upload that did not commit and
-	// that this sync published and merged (see Sync).
+	// that this sync published and merged (see Sync). Through a Server
+	// it names the batch as this database's outbox held it, the name
+	// its push's key (PushBatch.Key) carries.
 	Recovered string
 	// ChangesReceived counts the changes applied from downloaded files;
-	// ChangesSent the changes in the uploaded files.
+	// ChangesSent the changes in the uploaded files, counted as each
+	// goes, so that a sync that fails after an upload still tells it.
 	ChangesReceived, ChangesSent int
 	// Rejected lists remote files that were skipped because they are
 	// malformed, too large or of a newer format, or because the remote

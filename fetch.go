@@ -157,15 +157,16 @@ func (s *syncRun) fetch(ctx context.Context, l *listing) (*fetched, error) {
 		}
 		total += d.size
 	}
-	s.e.progress("download", 0, len(f.download))
-	s.e.progressTotalBytes(total)
+	s.e.progressStart("download", len(f.download), total, 0)
 	for i, d := range f.download {
-		s.e.progress("download", i, len(f.download))
+		s.e.progressFile(i)
+		from := s.e.meter.p.Bytes
 		if err := f.fetchFile(ctx, d); err != nil {
 			return nil, err
 		}
+		s.e.progressRest(from, d.size)
 	}
-	s.e.progress("download", len(f.download), len(f.download))
+	s.e.progressEnd()
 	if err := f.coverMissing(ctx); err != nil {
 		return nil, err
 	}
@@ -261,7 +262,8 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 		f.reject(d, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrFileTooLarge, d.size, f.limits.MaxFileSize))
 		return nil
 	}
-	rc, err := e.openFile(ctx, d.name)
+	progress := &progressReader{e: e}
+	rc, err := e.openFile(ctx, d.name, progress)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.vanished(d)
@@ -279,8 +281,7 @@ func (f *fetcher) fetchFile(ctx context.Context, d *downloaded) error {
 	}
 	var maxV int64
 	var spoolErr error
-	progress := &progressReader{r: rc, e: e}
-	src := &countingReader{r: &limitedReader{r: progress, n: f.limits.MaxFileSize, what: "compressed file"}}
+	src := &countingReader{r: &limitedReader{r: rc, n: f.limits.MaxFileSize, what: "compressed file"}}
 	d.seq, err = decodePatchFile(src, device, f.limits.MaxExpandedSize, f.limits.MaxRecordSize, func(c fileChange) error {
 		progress.report()
 		maxV = max(maxV, c.version)

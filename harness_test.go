@@ -1935,7 +1935,7 @@ FROM sync_states s WHERE s.table_name = 'notes' AND s.record_id = ?`, w.recordID
 	late.open(rt)
 	rt.Logf("%s: joins after quiescence", late.name)
 	r, err := late.run(rt, false, "", "", nil)
-	if err != nil || r.Uploaded != "" || len(w.rejectedUnexpectedly(r)) > 0 {
+	if err != nil || r.ChangesSent > 0 || len(w.rejectedUnexpectedly(r)) > 0 {
 		rt.Fatalf("%s: joining after quiescence: %+v, %v", late.name, r, err)
 	}
 	checkConverged(rt, devs, m)
@@ -2143,11 +2143,11 @@ func quiesce(rt *rapid.T, w *world, devs []*hdevice, refusals bool) {
 		moved := false
 		for _, d := range devs {
 			r, err := d.eng.Sync(context.Background())
-			rt.Logf("quiesce: %s: sync -> downloaded %v, uploaded %q, recovered %q, snapshot %q, deleted %d, skipped %v", d.name, r.Downloaded, r.Uploaded, r.Recovered, r.Snapshot, r.Deleted, r.Skipped)
+			rt.Logf("quiesce: %s: sync -> downloaded %v, uploaded %q, sent %d, recovered %q, snapshot %q, deleted %d, skipped %v", d.name, r.Downloaded, r.Uploaded, r.ChangesSent, r.Recovered, r.Snapshot, r.Deleted, r.Skipped)
 			if err != nil {
 				rt.Fatalf("%s: sync without faults: %v", d.name, err)
 			}
-			if r.Uploaded != "" || r.Recovered != "" || len(r.Downloaded) > 0 || r.ChangesReceived > 0 || r.Snapshot != "" {
+			if r.ChangesSent > 0 || r.Recovered != "" || len(r.Downloaded) > 0 || r.ChangesReceived > 0 || r.Snapshot != "" {
 				moved = true
 			}
 			for _, u := range r.Unwritten {

@@ -126,7 +126,7 @@ func (r *outboxReader) Seek(offset int64, whence int) (int64, error) {
 // remoteMatchesOutbox reports whether the remote file of that name holds
 // exactly the stored upload.
 func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, error) {
-	rc, err := s.e.openFile(ctx, name)
+	rc, err := s.e.openFile(ctx, name, nil)
 	if err != nil {
 		return false, err
 	}
@@ -351,24 +351,27 @@ func (s *syncRun) publish(ctx context.Context, p *plan) error {
 	if err := s.reserve(ctx, p, now); err != nil {
 		return err
 	}
-	e.progress("upload", 0, len(p.uploads))
 	var total int64
 	for _, up := range p.uploads {
-		if fi, err := up.f.Stat(); err == nil {
-			total += fi.Size()
+		fi, err := up.f.Stat()
+		if err != nil {
+			total = 0 // unknown
+			break
 		}
+		total += fi.Size()
 	}
-	e.progressTotalBytes(total)
+	e.progressStart("upload", len(p.uploads), total, p.sent)
 	for i, up := range p.uploads {
-		e.progress("upload", i, len(p.uploads))
+		e.progressFile(i)
 		if err := s.uploadOne(ctx, up); err != nil {
 			return err
 		}
 		s.report.Uploaded = up.name
+		s.report.ChangesSent += up.sent
+		e.progressRecords(up.sent)
 		e.log.Info("drivesync: uploaded", "file", up.name, "changes", up.sent)
 	}
-	s.report.ChangesSent = p.sent
-	e.progress("upload", len(p.uploads), len(p.uploads))
+	e.progressEnd()
 	return nil
 }
 

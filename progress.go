@@ -9,16 +9,41 @@ import (
 // Progress reports how far a sync has come, for a progress bar. It comes
 // at the start and the end of each step, and between them as files,
 // bytes and records move, at most about 20 times a second.
+//
+// Each count has its total beside it, told by the step's first update:
+// a bar can fill against whichever the step moves (bytes when TotalBytes
+// is set, else records when TotalRecords is, else files). A total of 0
+// is one the step does not know yet (or nothing to move); it is never
+// negative. The step's last update has every count at its total, an
+// unknown total then being what the step moved.
+//
+// A snapshot that a sync loads (a new device starts from one) is a
+// download of its own, one file, before the download of the files after
+// it, which starts again from 0: only the snapshot tells which files
+// the sync still needs.
 type Progress struct {
-	Step  string // "list", "download", "upload" or "apply"
-	Done  int    // files done in this step
-	Total int    // files in this step
+	Step string // "list", "download", "upload" or "apply"
+	// Done counts the files done in this step, of Total. The apply step
+	// counts this device's own changes as one more; through a Server,
+	// which moves no files, the download's are 0 and the upload counts
+	// its pushes.
+	Done  int
+	Total int
 	// Bytes counts the bytes downloaded or uploaded so far in this step,
 	// TotalBytes those the step will move (0 when unknown: a remote that
-	// lists no sizes, a server's pages).
+	// lists no sizes, a server's pages). A download counts the files'
+	// bytes as the remote lists them, an upload as this device wrote
+	// them, before an encrypted store seals them. A file rejected unread
+	// or read in part counts whole once the sync is past it; a file a
+	// Remote sends again is counted again from its start.
 	Bytes, TotalBytes int64
-	// Records counts the changes applied so far ("apply").
-	Records int
+	// Records counts the changes applied so far ("apply": this device's
+	// own, then those received), sent ("upload") or pulled from a Server
+	// ("download"); TotalRecords is the changes the step moves. A pull
+	// knows its total only when its last page came: 0 until the step's
+	// last update.
+	Records      int
+	TotalRecords int
 }
 
 // Progress updates are paced by a token bucket: a burst of progressBurst,
@@ -35,17 +60,20 @@ type meter struct {
 	at     time.Time // when tokens was last topped up
 }
 
-// progress moves the sync to a step's done-th file of total.
-func (e *Engine) progress(step string, done, total int) {
-	m := &e.meter
-	switch {
-	case m.p.Step != step:
-		m.p = Progress{Step: step}
-	case m.p.Done == done && m.p.Total == total:
+// progressStart begins step, which moves files files, bytes bytes and
+// records records (0: unknown, or none). Its update always goes.
+func (e *Engine) progressStart(step string, files int, bytes int64, records int) {
+	e.meter.p = Progress{Step: step, Total: files, TotalBytes: bytes, TotalRecords: records}
+	e.emitProgress(true)
+}
+
+// progressFile moves the step to its done-th file.
+func (e *Engine) progressFile(done int) {
+	if e.meter.p.Done == done {
 		return // nothing new
 	}
-	m.p.Done, m.p.Total = done, total
-	e.emitProgress(done == 0 || done == total)
+	e.meter.p.Done = done
+	e.emitProgress(false)
 }
 
 // progressBytes adds n bytes moved in the current step.
@@ -54,15 +82,39 @@ func (e *Engine) progressBytes(n int64) {
 	e.emitProgress(false)
 }
 
-// progressTotalBytes sets the bytes the current step will move.
-func (e *Engine) progressTotalBytes(n int64) { e.meter.p.TotalBytes = n }
+// progressRest counts as moved what the step has not counted of a file
+// of size bytes (-1: unknown) whose reading started when the step had
+// moved from: a file rejected before or while it was read is behind the
+// sync all the same.
+func (e *Engine) progressRest(from, size int64) {
+	if rest := from + size - e.meter.p.Bytes; size > 0 && rest > 0 {
+		e.progressBytes(rest)
+	}
+}
 
-// progressRecords adds n applied changes.
+// progressRecords adds n changes moved in the current step. Counted one
+// at a time, an update goes every 64: reading the clock for each is
+// waste.
 func (e *Engine) progressRecords(n int) {
+	before := e.meter.p.Records
 	e.meter.p.Records += n
-	if e.meter.p.Records%64 == 0 { // reading the clock for each is waste
+	if n > 1 || before/64 != e.meter.p.Records/64 {
 		e.emitProgress(false)
 	}
+}
+
+// progressEnd ends the step, with every file done and the totals it did
+// not know at its start set to what it moved. Its update always goes.
+func (e *Engine) progressEnd() {
+	p := &e.meter.p
+	p.Done = p.Total
+	if p.TotalBytes == 0 {
+		p.TotalBytes = p.Bytes
+	}
+	if p.TotalRecords == 0 {
+		p.TotalRecords = p.Records
+	}
+	e.emitProgress(true)
 }
 
 // meterHook, set only by this package's tests, sees every progress

@@ -167,16 +167,19 @@ func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
 		if err := s.reserve(ctx, p, time.Now()); err != nil {
 			return nil, nil, err
 		}
+		// No file moves: Report.Uploaded stays "", and ChangesSent
+		// tells what went out.
+		e.progressStart("upload", len(p.uploads), 0, p.sent)
 		for i, up := range p.uploads {
-			e.progress("upload", i, len(p.uploads))
+			e.progressFile(i)
 			if err := s.pushFile(ctx, up.name); err != nil {
 				return nil, nil, err
 			}
-			s.report.Uploaded = up.name
+			s.report.ChangesSent += up.sent
+			e.progressRecords(up.sent)
 			e.log.Info("drivesync: pushed", "batch", up.name, "changes", up.sent)
 		}
-		s.report.ChangesSent = p.sent
-		e.progress("upload", len(p.uploads), len(p.uploads))
+		e.progressEnd()
 	}
 	if err := s.hook("uploaded"); err != nil {
 		return nil, nil, err
@@ -199,6 +202,9 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 	}
 	s.onDone(sp.close)
 	devices := map[string]bool{}
+	// No files, and a total that only the last page tells: the step
+	// counts the records pulled.
+	e.progressStart("download", 0, 0, 0)
 	for {
 		page, err := e.cfg.Server.Pull(ctx, s.store, cursor)
 		if err != nil {
@@ -209,6 +215,7 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 		}
 		s.limits = serverLimits(page.MaxRecordSize, page.MaxBodySize)
 		s.serverSeen = page.Seen
+		pulled := sp.n
 		for _, r := range page.Records {
 			// A server sends a record over its write limit in parts
 			// of at most the default record size, whatever its limit
@@ -230,7 +237,7 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 				return nil, &Error{Op: "pull", Err: err}
 			}
 		}
-		e.progress("download", sp.n, -1)
+		e.progressRecords(sp.n - pulled)
 		if page.Cursor == "" {
 			return nil, &Error{Op: "pull", Err: fmt.Errorf("%w: the server gave no cursor", ErrRemote)}
 		}
@@ -239,6 +246,7 @@ func (s *syncRun) pull(ctx context.Context, l *listing) (*fetched, error) {
 			break
 		}
 	}
+	e.progressEnd()
 	l.serverCursor = cursor
 	if sp.n > 0 {
 		f.files = []*downloaded{{name: "server", kind: kindSnapshot, spool: sp}}

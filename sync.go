@@ -312,14 +312,14 @@ func (s *syncRun) list(ctx context.Context) (*listing, error) {
 	if at, err := time.Parse(time.RFC3339Nano, all); err != nil || l.cursor.Sub(at) >= fullListingEvery || at.After(l.cursor) {
 		l.since = time.Time{}
 	}
-	e.progress("list", 0, 1)
+	e.progressStart("list", 1, 0, 0)
 	if l.files, err = e.cfg.Remote.List(ctx, l.since); err != nil {
 		return nil, remoteErr("list", "", err)
 	}
 	if l.since.IsZero() {
 		s.noteRemoteSize(l.files)
 	}
-	e.progress("list", 1, 1)
+	e.progressEnd()
 	return l, nil
 }
 

@@ -460,7 +460,7 @@ func (f *fetcher) findVanished(ctx context.Context) error {
 		for n := sp.First; n <= sp.Last; n++ {
 			name, known := byNumber[fileNumber{sp.Device, n}]
 			if known {
-				rc, err := f.e.openFile(ctx, name)
+				rc, err := f.e.cfg.Remote.Open(ctx, name) // whether it is there, not what it holds
 				switch {
 				case err == nil:
 					rc.Close()

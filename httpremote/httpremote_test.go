@@ -335,7 +335,7 @@ func TestStoreRecreatedWithBatchInOutbox(t *testing.T) {
 	a.exec(`INSERT INTO notes VALUES ('n1', '{"t":1}')`)
 	var ctx context.Context
 	ctx, cancel = context.WithCancel(context.Background())
-	if r, err := a.eng.Sync(ctx); err == nil || r.Uploaded == "" {
+	if r, err := a.eng.Sync(ctx); err == nil || r.ChangesSent == 0 {
 		t.Fatalf("sync cancelled after its push: %+v, %v", r, err)
 	}
 	cancel = nil

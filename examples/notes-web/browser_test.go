@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -182,8 +183,31 @@ func TestBrowser(t *testing.T) {
 		return texts
 	}
 
-	// A adds a note; Sync now on A, then on B: B shows it.
+	// The bar fills against the changes an apply counts, not its files;
+	// a sync server's pull, whose total only its last page tells, shows
+	// a busy bar, with the changes pulled so far.
 	open(ta, a)
+	for _, c := range []struct {
+		p        drivesync.Progress
+		text     string
+		position float64 // -1: no value, a busy bar
+	}{
+		{drivesync.Progress{Step: "apply", Total: 2, Records: 1000, TotalRecords: 4000}, "apply 1000/4000 changes", 0.25},
+		{drivesync.Progress{Step: "download", Records: 500}, "download 500 changes", -1},
+		{drivesync.Progress{Step: "download", Done: 1, Total: 4, Bytes: 10, TotalBytes: 20}, "download 1/4 files", 0.5},
+	} {
+		a.srv.progress(c.p)
+		var position float64
+		err := chromedp.Run(ta, chromedp.Poll(`document.getElementById("sync-state").textContent === `+strconv.Quote(c.text), nil, chromedp.WithPollingTimeout(10*time.Second)),
+			chromedp.Evaluate(`document.getElementById("progress").position`, &position))
+		if err != nil || position != c.position {
+			var text string
+			chromedp.Run(ta, chromedp.Evaluate(`document.getElementById("sync-state").textContent`, &text))
+			t.Fatalf("progress %+v: the page shows %q, its bar at %v (%v); want %q, at %v", c.p, text, position, err, c.text, c.position)
+		}
+	}
+
+	// A adds a note; Sync now on A, then on B: B shows it.
 	if err := chromedp.Run(ta, chromedp.SendKeys("#new-text", "hello from A", chromedp.ByQuery)); err != nil {
 		t.Fatalf("type a note on A: %v", err)
 	}

@@ -92,11 +92,22 @@ const bar = document.getElementById("progress");
 const state = document.getElementById("sync-state");
 const events = new EventSource("/events");
 events.onopen = () => { document.body.dataset.live = "1"; };
+// The bar fills against the bytes, else the changes (an apply, an upload,
+// a sync server's pull at its end), else the files; with no total known
+// yet (a sync server's pull) it shows no value, which a browser draws as
+// a bar that is busy.
 events.addEventListener("progress", e => {
   const p = JSON.parse(e.data);
-  const frac = p.totalBytes > 0 ? p.bytes / p.totalBytes : (p.total > 0 ? p.done / p.total : 0);
-  bar.value = Math.min(Math.max(frac, 0), 1);
-  state.textContent = p.step + " " + p.done + "/" + p.total + (p.records ? ", " + p.records + " changes" : "");
+  const frac = p.totalBytes > 0 ? p.bytes / p.totalBytes
+    : p.totalRecords > 0 ? p.records / p.totalRecords
+    : p.total > 0 ? p.done / p.total : null;
+  if (frac === null) {
+    bar.removeAttribute("value");
+  } else {
+    bar.value = Math.min(Math.max(frac, 0), 1);
+  }
+  state.textContent = p.step === "list" ? "listing the remote" : p.step + " " + (p.totalRecords > 0 ? p.records + "/" + p.totalRecords + " changes"
+    : p.total > 0 ? p.done + "/" + p.total + " files" : p.records + " changes");
 });
 events.addEventListener("synced", e => {
   const r = JSON.parse(e.data);

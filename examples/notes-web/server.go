@@ -298,7 +298,7 @@ func (s *server) sync(w http.ResponseWriter, r *http.Request) {
 
 // progress is the engine's Config.Progress: it goes to every page open.
 func (s *server) progress(p drivesync.Progress) {
-	s.events.send("progress", map[string]any{"step": p.Step, "done": p.Done, "total": p.Total, "bytes": p.Bytes, "totalBytes": p.TotalBytes, "records": p.Records})
+	s.events.send("progress", map[string]any{"step": p.Step, "done": p.Done, "total": p.Total, "bytes": p.Bytes, "totalBytes": p.TotalBytes, "records": p.Records, "totalRecords": p.TotalRecords})
 }
 
 // stream sends the sync's events to a page, as server-sent events.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/drivesync/drivesync"
 	"github.com/drivesync/drivesync/examples/internal/notesapp"
+	"github.com/drivesync/drivesync/syncserver"
 )
 
 // A new user's first steps: notes without a remote, ids as the demo shows
@@ -144,16 +146,71 @@ func TestStatusAndConflicts(t *testing.T) {
 }
 
 // Progress goes to standard error, as plain lines when it is not a
-// terminal.
+// terminal: each step's first and last (a download that starts again
+// from 0, after a snapshot's, is a step again), in the changes it moves
+// when it knows their total, else in files, else in the changes so far
+// (a sync server's pull, whose total its last page tells).
 func TestProgressLines(t *testing.T) {
 	var out bytes.Buffer
 	bar := newProgressBar(&out)
 	for i := range 4 {
 		bar.show(drivesync.Progress{Step: "download", Done: i, Total: 3, Bytes: int64(i), TotalBytes: 3})
 	}
+	for i := range 3 {
+		bar.show(drivesync.Progress{Step: "apply", Done: min(i, 2), Total: 2, Records: 100 * i, TotalRecords: 200})
+	}
 	bar.done()
-	if got := out.String(); got != "download 0/3 files\ndownload 3/3 files\n" {
-		t.Fatalf("plain progress %q", got)
+	bar.show(drivesync.Progress{Step: "download", Total: 1, TotalBytes: 10})
+	bar.show(drivesync.Progress{Step: "download", Done: 1, Total: 1, Bytes: 10, TotalBytes: 10})
+	bar.show(drivesync.Progress{Step: "download"})
+	for i := range 3 {
+		bar.show(drivesync.Progress{Step: "download", Records: 500 * (i + 1)})
+	}
+	bar.show(drivesync.Progress{Step: "download", Records: 1500, TotalRecords: 1500})
+	bar.show(drivesync.Progress{Step: "upload", Total: 1, TotalRecords: 4})
+	bar.show(drivesync.Progress{Step: "upload", Done: 1, Total: 1, Records: 4, TotalRecords: 4})
+	bar.done()
+	want := "download 0/3 files\ndownload 3/3 files\napply 0/200 changes\napply 200/200 changes\n" +
+		"download 0/1 files\ndownload 1/1 files\ndownload 0 changes\ndownload 1500/1500 changes\nupload 0/4 changes\nupload 4/4 changes\n"
+	if got := out.String(); got != want {
+		t.Fatalf("plain progress\n%s\nwant\n%s", got, want)
+	}
+}
+
+// Synced through a sync server, notes prints each step's progress in
+// changes, never a negative total.
+func TestProgressLinesThroughServer(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	t.Setenv("NOTES_SERVER", "")
+	t.Setenv("NOTES_TOKEN", "")
+	st, err := syncserver.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "server.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const token = "alice-token-0123456789"
+	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{token: "alice"}}))
+	defer srv.Close()
+	dir := t.TempDir()
+	a := cli{t, filepath.Join(dir, "a.db"), []string{"-server", srv.URL, "-token", token}}
+	b := cli{t, filepath.Join(dir, "b.db"), []string{"-server", srv.URL, "-token", token}}
+	a.run("add", "one")
+	a.run("add", "two")
+	for _, c := range []struct {
+		dev        cli
+		want, sync string
+	}{
+		{a, "download 0 changes\nupload 0/2 changes\nupload 2/2 changes\napply 0/2 changes\napply 2/2 changes\n", "sent 2 changes"},
+		{b, "download 0 changes\ndownload 2/2 changes\napply 0/2 changes\napply 2/2 changes\n", "received 2 changes"},
+	} {
+		out, progress, err := c.dev.tryBoth("sync")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if progress != c.want || !strings.Contains(out, c.sync) || strings.Contains(out, ".json.gz") {
+			t.Errorf("%s: sync printed\n%s\nwith progress\n%s\nwant %q, no file named, and progress\n%s", c.dev.db, out, progress, c.sync, c.want)
+		}
 	}
 }
 

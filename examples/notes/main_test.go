@@ -54,13 +54,19 @@ func (c cli) fail(args ...string) string {
 }
 
 func (c cli) try(args ...string) (string, error) {
+	out, _, err := c.tryBoth(args...)
+	return out, err
+}
+
+// tryBoth runs a command and returns its standard output and error.
+func (c cli) tryBoth(args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	args = append(append([]string{"-db", c.db}, c.flags...), args...)
-	err := run(args, &out, &errOut)
+	err = run(args, &out, &errOut)
 	if err != nil {
 		err = fmt.Errorf("%w\nstderr: %s", err, errOut.String())
 	}
-	return out.String(), err
+	return out.String(), errOut.String(), err
 }
 
 // rows counts the note's rows, soft-deleted or not.

@@ -17,14 +17,16 @@ import (
 )
 
 // progressBar shows a sync's progress on a terminal as one line redrawn
-// in place, and as plain lines ("download 3/12 files") elsewhere, one
-// per file.
+// in place, and elsewhere as plain lines ("download 3/12 files"), the
+// first and the last of each step.
 type progressBar struct {
 	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
-	drawn bool   // a bar is on the terminal's last line
-	last  string // the last plain line, not to repeat it
+	drawn bool               // a bar is on the terminal's last line
+	shown drivesync.Progress // the latest update
+	held  string             // the step's latest plain line, printed when it ends
+	last  string             // the last plain line printed, not to repeat it
 }
 
 func newProgressBar(w io.Writer) *progressBar {
@@ -39,36 +41,73 @@ func (b *progressBar) show(p drivesync.Progress) {
 	if p.Step == "list" {
 		return
 	}
+	prev := b.shown
+	b.shown = p
 	if !b.tty {
-		line := fmt.Sprintf("%s %d/%d files", p.Step, p.Done, p.Total)
-		if line != b.last && (p.Done == p.Total || p.Done == 0) {
-			fmt.Fprintln(b.w, line)
-			b.last = line
+		// Which update is a step's last shows only when the next step
+		// starts, or the sync ends (done). A step may start again from
+		// 0 (a snapshot's download, then the files').
+		line := p.Step + " " + counts(p)
+		moved := func(p drivesync.Progress) bool { return p.Done > 0 || p.Bytes > 0 || p.Records > 0 }
+		if p.Step == prev.Step && (moved(p) || !moved(prev)) {
+			b.held = line
+			return
 		}
+		b.flush()
+		b.print(line)
 		return
 	}
 	frac := 0.0
 	switch {
 	case p.TotalBytes > 0:
 		frac = float64(p.Bytes) / float64(p.TotalBytes)
+	case p.TotalRecords > 0:
+		frac = float64(p.Records) / float64(p.TotalRecords)
 	case p.Total > 0:
 		frac = float64(p.Done) / float64(p.Total)
 	}
 	frac = min(max(frac, 0), 1)
 	const width = 30
 	n := int(frac * width)
-	detail := fmt.Sprintf("%d/%d files", p.Done, p.Total)
+	detail := counts(p)
 	if p.TotalBytes > 0 {
 		detail += fmt.Sprintf(", %s of %s", size(p.Bytes), size(p.TotalBytes))
-	}
-	if p.Step == "apply" && p.Records > 0 {
-		detail += fmt.Sprintf(", %d changes", p.Records)
 	}
 	fmt.Fprintf(b.w, "\r\033[K%-8s [%s%s] %s", p.Step, strings.Repeat("#", n), strings.Repeat(".", width-n), detail)
 	b.drawn = true
 }
 
-// done ends the bar's line, so that what follows starts on its own.
+// counts says how far a step has come: the changes, when it knows how
+// many it moves (an apply, an upload, a sync server's pull at its end),
+// else the files (a download of files), else the changes so far (a sync
+// server's pull, whose total only its last page tells).
+func counts(p drivesync.Progress) string {
+	switch {
+	case p.TotalRecords > 0:
+		return fmt.Sprintf("%d/%d changes", p.Records, p.TotalRecords)
+	case p.Total > 0:
+		return fmt.Sprintf("%d/%d files", p.Done, p.Total)
+	}
+	return fmt.Sprintf("%d changes", p.Records)
+}
+
+// flush prints the held line of the step shown: its last update.
+func (b *progressBar) flush() {
+	if b.held != "" {
+		b.print(b.held)
+		b.held = ""
+	}
+}
+
+func (b *progressBar) print(line string) {
+	if line != b.last {
+		fmt.Fprintln(b.w, line)
+		b.last = line
+	}
+}
+
+// done ends the bar's line, or prints the last step's last plain line,
+// so that what follows starts on its own.
 func (b *progressBar) done() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -76,7 +115,8 @@ func (b *progressBar) done() {
 		fmt.Fprint(b.w, "\r\033[K")
 		b.drawn = false
 	}
-	b.last = ""
+	b.flush()
+	b.shown, b.last = drivesync.Progress{}, ""
 }
 
 func size(n int64) string {

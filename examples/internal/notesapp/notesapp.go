@@ -372,7 +372,7 @@ func Summary(r drivesync.Report) string {
 	case r.ChangesReceived > 0: // pulled from a sync server
 		parts = append(parts, "received "+Plural(r.ChangesReceived, "change"))
 	}
-	if r.Uploaded != "" {
+	if r.ChangesSent > 0 { // through a sync server, Uploaded names no file
 		parts = append(parts, "sent "+Plural(r.ChangesSent, "change"))
 	}
 	if len(r.Rejected) > 0 {
