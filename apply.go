@@ -562,7 +562,7 @@ func (t *tableInfo) editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value
 func (s *applier) recordFiles(ctx context.Context) error {
 	if s.l.server {
 		for _, up := range s.p.uploads {
-			if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
+			if err := s.takeFromOutbox(ctx, up.name); err != nil {
 				return err
 			}
 		}
@@ -579,7 +579,7 @@ func (s *applier) recordFiles(ctx context.Context) error {
 		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size) VALUES (?1, 'applied', ?2)`, up.name, fi.Size()); err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
+		if err := s.takeFromOutbox(ctx, up.name); err != nil {
 			return err
 		}
 	}
