@@ -535,6 +535,40 @@ func (s *syncRun) takeFromOutbox(ctx context.Context, name string) error {
 	return err
 }
 
+// removeOwnBroken removes from the remote, and forgets, a patch file that
+// this database uploaded and that reads as broken (err, from reading d):
+// empty, cut short, not gzip. Two Engines syncing one database once
+// published such files. No device can have applied it, and every device
+// would report it as rejected for ever. Nothing is lost with it: a name
+// is recorded in sync_uploaded with its content in the outbox, and that
+// content leaves the outbox only adopted or committed under a name this
+// device then holds as applied (and never downloads), or renamed; so a
+// file of its own that this device downloads is held under another name
+// or still in the outbox, which the sync's recovery, run before, publishes
+// under a new name when the remote's file of its name is not it. It
+// reports whether it removed the file; when the removal fails, the file
+// is rejected as any other and read again later.
+func (f *fetcher) removeOwnBroken(ctx context.Context, d *downloaded, err error) bool {
+	e := f.e
+	_, device, _ := parsePatchName(d.name)
+	var ahead *versionsAheadError
+	if d.kind != kindPatch || device != e.deviceID || errors.As(err, &ahead) || errors.Is(err, seal.ErrNoKey) ||
+		!errors.Is(classifyFileErr(err), ErrCorruptFile) {
+		return false
+	}
+	var one int
+	if f.conn.QueryRowContext(ctx, `SELECT 1 FROM sync_uploaded WHERE name = ?`, d.name).Scan(&one) != nil {
+		return false // not recorded: a copy of this database wrote it (see checkCopied)
+	}
+	if derr := e.cfg.Remote.Delete(ctx, d.name); derr != nil {
+		e.log.Warn("drivesync: could not remove a broken file this device uploaded; it is read again later", "file", d.name, "err", derr)
+		return false
+	}
+	e.log.Warn("drivesync: removed a broken file this device uploaded", "file", d.name, "err", err)
+	f.out.forget = append(f.out.forget, d.name)
+	return true
+}
+
 // noteUpload records a file name this database uploads, before it tries:
 // a file of its device id that it did not record was written by a copy of
 // this database (see checkCopied).

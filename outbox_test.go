@@ -499,3 +499,135 @@ func brokenFiles(t *testing.T, folder string, checked map[string]bool) []string 
 	}
 	return bad
 }
+
+// TestOwnBrokenUploadRemoved: a broken file that this database uploaded
+// (its device id, a name it recorded), such as the empty files two Engines
+// racing on one database once published, is removed by the device that
+// finds it and forgotten: no device could apply it, and every device
+// would otherwise report it as rejected for ever. Another device's broken
+// file is not this device's to remove.
+func TestOwnBrokenUploadRemoved(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		key  Key
+	}{{"plain", nil}, {"encrypted", Passphrase("p")}} {
+		t.Run(store.name, func(t *testing.T) {
+			ctx := context.Background()
+			mem, clk := clockedRemote()
+			a, b := secretDevice(t, "dev-a", mem, store.key), secretDevice(t, "dev-b", mem, store.key)
+			a.put("n1", `{"v":1}`)
+			uploaded := a.sync().Uploaded
+			b.sync()
+
+			clk.add(time.Second)
+			now, _ := mem.Now(ctx)
+			whole := remoteBytes(t, mem)[uploaded]
+			broken := map[string][]byte{ // name: content
+				patchFileName(now, "dev-a"):                         nil,
+				patchFileName(now.Add(time.Millisecond), "dev-a"):   whole[:len(whole)/2],
+				patchFileName(now.Add(2*time.Millisecond), "dev-a"): whole[:len(whole)-1],
+			}
+			for name, content := range broken {
+				a.exec(`INSERT INTO sync_uploaded (name) VALUES (?)`, name)
+				if err := mem.Create(ctx, name, bytes.NewReader(content)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			others := patchFileName(now, "dev-c")
+			if err := mem.Create(ctx, others, strings.NewReader("")); err != nil {
+				t.Fatal(err)
+			}
+			if r := b.sync(); len(r.Rejected) != len(broken)+1 {
+				t.Fatalf("b rejected %v, want the %d broken files", r.Rejected, len(broken)+1)
+			}
+
+			r := a.sync()
+			if len(r.Rejected) != 1 || r.Rejected[0].Name != others {
+				t.Errorf("a rejected %v, want only %s (another device's)", r.Rejected, others)
+			}
+			for name := range broken {
+				if _, err := mem.Open(ctx, name); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("a's own broken file %s after a's sync: Open gives %v, want fs.ErrNotExist", name, err)
+				}
+			}
+			if _, err := mem.Open(ctx, others); err != nil {
+				t.Errorf("another device's broken file after a's sync: Open gives %v, want it left alone", err)
+			}
+			ledgerRows := func(d *device) (n int) {
+				t.Helper()
+				if err := d.db.QueryRow(`SELECT count(*) FROM sync_files WHERE name LIKE '%dev-a.json.gz' AND status = 'rejected'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if n := ledgerRows(a); n != 0 {
+				t.Errorf("a's ledger keeps %d of its removed files as rejected, want none", n)
+			}
+
+			clk.add(2 * time.Hour) // b reads its rejected files again
+			r = b.sync()
+			if len(r.Rejected) != 1 || r.Rejected[0].Name != others {
+				t.Errorf("b, reading its rejected files again, rejected %v, want only %s", r.Rejected, others)
+			}
+			if n := ledgerRows(b); n != 0 {
+				t.Errorf("b's ledger keeps %d of a's removed files as rejected, want none", n)
+			}
+			if got, want := b.get("n1"), `{"v":1}`; got != want {
+				t.Errorf("b has n1 = %q, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestOwnBrokenUploadRepublishedFromOutbox: a device whose upload is still
+// in its outbox, and broken on the remote under its name, publishes it
+// again under a new name and removes the broken file: every device gets
+// the changes, and none rejects anything.
+func TestOwnBrokenUploadRepublishedFromOutbox(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryRemote()
+	a, b := newDevice(t, "dev-a", mem), newDevice(t, "dev-b", mem)
+	a.put("warm", `{"v":0}`)
+	a.sync()
+	b.sync()
+
+	a.put("n", `{"v":1}`)
+	hooks(a.eng).step = func(p string) error {
+		if p == "uploaded" {
+			return errors.New("the app quit")
+		}
+		return nil
+	}
+	if _, err := a.eng.Sync(ctx); err == nil {
+		t.Fatal("a sync that stopped after its upload succeeded")
+	}
+	hooks(a.eng).step = nil
+	var uploaded string
+	if err := a.db.QueryRow(`SELECT name FROM sync_outbox LIMIT 1`).Scan(&uploaded); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Delete(ctx, uploaded); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Create(ctx, uploaded, strings.NewReader("")); err != nil {
+		t.Fatal(err)
+	}
+
+	r := a.sync()
+	if r.Recovered == "" || r.Recovered == uploaded {
+		t.Errorf("a recovered %q, want its upload published under a new name, not %s", r.Recovered, uploaded)
+	}
+	if len(r.Rejected) > 0 {
+		t.Errorf("a rejected %v, want nothing", r.Rejected)
+	}
+	if _, err := mem.Open(ctx, uploaded); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the broken file after a's sync: Open gives %v, want fs.ErrNotExist", err)
+	}
+	r = b.sync()
+	if len(r.Rejected) > 0 {
+		t.Errorf("b rejected %v, want nothing", r.Rejected)
+	}
+	if got, want := b.get("n"), `{"v":1}`; got != want {
+		t.Errorf("b has n = %q, want %s", got, want)
+	}
+}
