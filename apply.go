@@ -566,7 +566,7 @@ func (t *tableInfo) editsSince(base sql.NullString, cur jsonv.Value) jsonv.Value
 func (s *applier) recordFiles(ctx context.Context) error {
 	if s.l.server {
 		for _, up := range s.p.uploads {
-			if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
+			if err := s.takeFromOutbox(ctx, up.name); err != nil {
 				return err
 			}
 		}
@@ -584,7 +584,7 @@ func (s *applier) recordFiles(ctx context.Context) error {
 		if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq) VALUES (?1, 'applied', ?2, ?3)`, up.name, fi.Size(), up.seq); err != nil {
 			return err
 		}
-		if err := s.exec(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, up.name); err != nil {
+		if err := s.takeFromOutbox(ctx, up.name); err != nil {
 			return err
 		}
 		gained.add(s.e.deviceID, up.seq, up.seq)

@@ -34,7 +34,7 @@ type fetched struct {
 	rejected map[string]rejectedFile
 	checked  []RemoteFile    // new snapshots this device holds everything of (see settleChecked)
 	covers   map[string]bool // the files and snapshots the loaded snapshots hold
-	forget   []string        // rejected files found gone when read again
+	forget   []string        // rejected files found gone when read again, own broken ones removed
 	ledger   map[string]knownFile
 	listed   map[string]bool // the listing's names
 	maxSeen  int64           // the largest version in the files
@@ -362,6 +362,9 @@ func (f *fetcher) readFailed(ctx context.Context, d *downloaded, src *countingRe
 		if werr := f.foreignKey(ctx, d.name); werr != nil {
 			return werr
 		}
+	}
+	if f.removeOwnBroken(ctx, d, err) {
+		return nil
 	}
 	f.reject(d, classifyFileErr(err))
 	return nil

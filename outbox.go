@@ -2,6 +2,7 @@ package drivesync
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -62,36 +63,79 @@ func saveOutbox(ctx context.Context, q querier, name string, f *os.File) error {
 	}
 }
 
+// errOtherEngine says that another Engine synced this database while this
+// one did: it reserved versions this sync had planned with, or took out of
+// the outbox, or renamed, an upload this sync was reading or publishing.
+// The sync stops where it is, with nothing of its own committed; the next
+// one goes on from what the other left.
+var errOtherEngine = errors.New("another Engine synced this database at the same time; use one Engine per database, then sync again")
+
+// errOutboxTaken is the error of a sync that found an outbox file gone,
+// or changed, under it.
+var errOutboxTaken = fmt.Errorf("the upload left the outbox under this sync: %w", errOtherEngine)
+
 // outboxReader streams a stored file back, one chunk in memory at a time.
 // It can seek, so that a Remote that retries an upload (Drive after a 503
 // or a 429) can read the file again from the start.
+//
+// Its chunks are read one query at a time, outside any transaction: the
+// upload is not held in memory, nor a read transaction open across it.
+// Another Engine on the database may take the file out of the outbox
+// meanwhile (it committed or adopted it) or rename it. The reader knows
+// the file's size from the start, and a chunk that is missing or not of
+// the size saveOutbox gave it fails the read with errOutboxTaken, sticky:
+// an early end would make a Remote publish a file cut short. Content that
+// is there is the file's own: a name's rows are inserted in one
+// transaction, never written again under that name, and leave in one.
 type outboxReader struct {
 	ctx  context.Context
 	q    querier
 	name string
-	seq  int    // the next chunk to load
-	skip int    // bytes of that chunk before the position (after a Seek)
+	size int64  // the stored file's size, from when it was opened
 	pos  int64  // the position of the next byte Read returns
-	cur  []byte // the rest of the loaded chunk
-	done bool
+	cur  []byte // the loaded chunk's bytes from pos on
+	err  error  // the file left the outbox, or changed
+}
+
+// openOutbox opens the outbox's file name for reading; a file not there
+// gives errOutboxTaken.
+func openOutbox(ctx context.Context, q querier, name string) (*outboxReader, error) {
+	var chunks, size int64
+	var last sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(data)), 0), max(seq) FROM sync_outbox WHERE name = ?`, name).Scan(&chunks, &size, &last); err != nil {
+		return nil, err
+	}
+	switch {
+	case chunks == 0:
+		return nil, errOutboxTaken
+	case last.Int64 != chunks-1 || size <= (chunks-1)*outboxChunk || size > chunks*outboxChunk:
+		return nil, fmt.Errorf("the upload %s is stored in the outbox as %d chunks (the last numbered %d) of %d bytes in all, not as this engine stores it", name, chunks, last.Int64, size)
+	}
+	return &outboxReader{ctx: ctx, q: q, name: name, size: size}, nil
 }
 
 func (r *outboxReader) Read(p []byte) (int, error) {
-	for len(r.cur) == 0 {
-		if r.done {
-			return 0, io.EOF
-		}
-		err := r.q.QueryRowContext(r.ctx, `SELECT data FROM sync_outbox WHERE name = ? AND seq = ?`, r.name, r.seq).Scan(&r.cur)
-		if errors.Is(err, sql.ErrNoRows) {
-			r.done = true
-			continue
-		}
-		if err != nil {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.pos >= r.size {
+		return 0, io.EOF
+	}
+	if len(r.cur) == 0 {
+		seq := r.pos / outboxChunk
+		var data []byte
+		err := r.q.QueryRowContext(r.ctx, `SELECT data FROM sync_outbox WHERE name = ? AND seq = ?`, r.name, seq).Scan(&data)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			r.err = errOutboxTaken
+			return 0, r.err
+		case err != nil:
 			return 0, err
+		case int64(len(data)) != min(outboxChunk, r.size-seq*outboxChunk):
+			r.err = errOutboxTaken
+			return 0, r.err
 		}
-		r.seq++
-		r.cur = r.cur[min(r.skip, len(r.cur)):]
-		r.skip = 0
+		r.cur = data[r.pos-seq*outboxChunk:]
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
@@ -99,52 +143,50 @@ func (r *outboxReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Seek relies on saveOutbox's layout: every chunk but the last holds
-// exactly outboxChunk bytes.
 func (r *outboxReader) Seek(offset int64, whence int) (int64, error) {
 	switch whence {
 	case io.SeekStart:
 	case io.SeekCurrent:
 		offset += r.pos
 	case io.SeekEnd:
-		var size int64
-		if err := r.q.QueryRowContext(r.ctx, `SELECT coalesce(sum(length(data)), 0) FROM sync_outbox WHERE name = ?`, r.name).Scan(&size); err != nil {
-			return 0, err
-		}
-		offset += size
+		offset += r.size
 	default:
 		return 0, errors.New("outbox: invalid whence")
 	}
 	if offset < 0 {
 		return 0, errors.New("outbox: negative position")
 	}
-	r.pos, r.seq, r.skip = offset, int(offset/outboxChunk), int(offset%outboxChunk)
-	r.cur, r.done = nil, false
+	r.pos, r.cur = offset, nil
 	return offset, nil
 }
 
 // remoteMatchesOutbox reports whether the remote file of that name holds
-// exactly the stored upload.
+// exactly the stored upload. An error that matches errOtherEngine says
+// that the upload left the outbox.
 func (s *syncRun) remoteMatchesOutbox(ctx context.Context, name string) (bool, error) {
+	src, err := openOutbox(ctx, s.conn, name)
+	if err != nil {
+		return false, &Error{Op: "upload", File: name, Err: err}
+	}
 	rc, err := s.e.openFile(ctx, name, nil)
 	if err != nil {
-		return false, err
+		return false, remoteErr("upload", name, err)
 	}
 	defer rc.Close()
-	local := bufio.NewReader(&outboxReader{ctx: ctx, q: s.conn, name: name})
+	local := bufio.NewReader(src)
 	remote := bufio.NewReader(io.LimitReader(rc, s.limits.MaxFileSize+1))
 	for {
 		a, errA := local.ReadByte()
 		b, errB := remote.ReadByte()
 		switch {
+		case errA != nil && errA != io.EOF:
+			return false, &Error{Op: "upload", File: name, Err: errA}
 		case errA == io.EOF && errB == io.EOF:
 			return true, nil
 		case errors.Is(errB, seal.ErrSealed):
 			return false, nil // not a file this device sealed under that name
 		case errB != nil && errB != io.EOF:
-			return false, errB
-		case errA != nil && errA != io.EOF:
-			return false, errA
+			return false, remoteErr("upload", name, errB)
 		case errA != nil || errB != nil || a != b:
 			return false, nil
 		}
@@ -176,6 +218,11 @@ func (s *syncRun) eachOutbox(ctx context.Context, fn func(name string) error) er
 }
 
 // recoverOne publishes and adopts one file of the outbox.
+//
+// Another Engine on this database may be publishing the same file (its
+// sync is under way, not failed) and take it out of the outbox, or rename
+// it, while this one reads it: the read then fails (see outboxReader),
+// the Remote publishes nothing, and the sync stops with errOtherEngine.
 func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error {
 	e := s.e
 	var err error
@@ -189,12 +236,23 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		err = e.createFile(ctx, name, &outboxReader{ctx: ctx, q: s.conn, name: name}, false)
+		var src *outboxReader
+		if src, err = openOutbox(ctx, s.conn, name); err != nil {
+			return &Error{Op: "recover upload", File: name, Err: err}
+		}
+		err = e.createFile(ctx, name, src, false)
+		if src.err != nil {
+			// Whatever the Remote made of it, it read no whole file.
+			return &Error{Op: "recover upload", File: name, Err: src.err}
+		}
 		if errors.Is(err, fs.ErrExist) {
 			// Published by the earlier sync, or another file of that
 			// name: only the same bytes prove the former.
 			var same bool
-			if same, err = s.remoteMatchesOutbox(ctx, name); err == nil && !same {
+			if same, err = s.remoteMatchesOutbox(ctx, name); err != nil {
+				return err
+			}
+			if !same {
 				if attempt == 3 {
 					return &Error{Op: "recover upload", File: name, Err: errors.New("the name keeps colliding with other files")}
 				}
@@ -215,7 +273,8 @@ func (s *syncRun) recoverOne(ctx context.Context, l *listing, name string) error
 // adoptOutbox merges the outbox's file name, published, into the synced
 // state as this device's own and takes it out of the outbox; ledger says
 // whether the file is then recorded as applied (a Remote's file, not a
-// Server's batch).
+// Server's batch). A file another Engine took out of the outbox first
+// (it committed or adopted it) is left to that Engine: errOtherEngine.
 func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) error {
 	e := s.e
 	sp, err := newSpool(e.cfg.TempDir)
@@ -223,12 +282,18 @@ func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) err
 		return err
 	}
 	defer sp.close()
-	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
+	src, err := openOutbox(ctx, s.conn, name)
+	if err != nil {
+		return &Error{Op: "recover upload", File: name, Err: err}
+	}
 	counted := &countingReader{r: src}
 	seq, err := decodePatchFile(counted, e.deviceID, math.MaxInt64, math.MaxInt64, sp.add)
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = ctx.Err()
+		case src.err != nil:
+			err = src.err
 		}
 		return &Error{Op: "recover upload", File: name, Err: err}
 	}
@@ -236,7 +301,15 @@ func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) err
 		return &Error{Op: "recover upload", Err: err}
 	}
 	err = func() error {
-		err := sp.each(func(c fileChange) error {
+		// First, under the write lock: the file is still this sync's to adopt.
+		taken, err := s.conn.ExecContext(ctx, `DELETE FROM sync_outbox WHERE name = ?`, name)
+		if err != nil {
+			return err
+		}
+		if n, err := taken.RowsAffected(); err != nil || n == 0 {
+			return cmp.Or(err, errOutboxTaken)
+		}
+		err = sp.each(func(c fileChange) error {
 			_, _, err := s.mergeIntoState(ctx, c, e.deviceID)
 			return err
 		})
@@ -247,12 +320,9 @@ func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) err
 			if err := s.exec(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq) VALUES (?1, 'applied', ?2, ?3)`, name, counted.n, seq); err != nil {
 				return err
 			}
-			if err := holdAlso(ctx, s.conn, heldSet{}.with(e.deviceID, seq)); err != nil {
-				return err
-			}
+			return holdAlso(ctx, s.conn, heldSet{}.with(e.deviceID, seq))
 		}
-		_, err = s.conn.ExecContext(ctx, `DELETE FROM sync_outbox WHERE name = ?`, name)
-		return err
+		return nil
 	}()
 	if err == nil {
 		_, err = s.conn.ExecContext(ctx, "COMMIT")
@@ -309,21 +379,28 @@ func (s *syncRun) nameTime(ctx context.Context, kind fileKind, now time.Time) (t
 }
 
 // renameOutbox gives the stored upload a new name, later than every name
-// used before, old included.
+// used before, old included. The name is chosen under the write lock, so
+// that another Engine on this database cannot choose it too; an upload
+// that left the outbox meanwhile gives errOtherEngine.
 func (s *syncRun) renameOutbox(ctx context.Context, old string) (string, error) {
 	now, err := s.e.cfg.Remote.Now(ctx)
 	if err != nil {
 		return "", remoteErr("upload", old, err)
 	}
-	if now, err = s.nameTime(ctx, kindPatch, now); err != nil {
-		return "", &Error{Op: "upload", File: old, Err: err}
-	}
-	name := patchFileName(now, s.e.deviceID)
+	var name string
 	// In one transaction: an outbox file whose name is not recorded as
 	// this database's would look, once uploaded, like a copy's.
 	err = s.inTx(ctx, func() error {
-		if _, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old); err != nil {
+		if now, err = s.nameTime(ctx, kindPatch, now); err != nil {
 			return err
+		}
+		name = patchFileName(now, s.e.deviceID)
+		res, err := s.conn.ExecContext(ctx, `UPDATE sync_outbox SET name = ? WHERE name = ?`, name, old)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return cmp.Or(err, fmt.Errorf("%s: %w", old, errOutboxTaken))
 		}
 		return noteUpload(ctx, s.conn, name)
 	})
@@ -382,19 +459,10 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 		return err
 	}
 	e := s.e
-	var err error
-	// The files' names are a millisecond apart: each is unique, in the
-	// order they were written, and after every name used before.
-	if now, err = s.nameTime(ctx, kindPatch, now); err != nil {
-		return &Error{Op: "upload", Err: err}
-	}
-	for i, up := range p.uploads {
-		up.name = patchFileName(now.Add(time.Duration(i)*time.Millisecond), e.deviceID)
-	}
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "reserve versions", Err: err}
 	}
-	err = func() error {
+	err := func() error {
 		stored, err := getMetaInt(ctx, s.conn, metaMaxVersion)
 		if err != nil {
 			return err
@@ -404,7 +472,16 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 			return err
 		}
 		if stored != p.base || lastSeq != p.lastSeq {
-			return errConcurrentEngine
+			return errOtherEngine
+		}
+		// The files' names are a millisecond apart: each is unique, in
+		// the order they were written, and after every name used before
+		// (chosen under the write lock, by no other Engine too).
+		if now, err = s.nameTime(ctx, kindPatch, now); err != nil {
+			return err
+		}
+		for i, up := range p.uploads {
+			up.name = patchFileName(now.Add(time.Duration(i)*time.Millisecond), e.deviceID)
 		}
 		if err := setMeta(ctx, s.conn, metaMaxVersion, strconv.FormatInt(p.maxSeen, 10)); err != nil {
 			return err
@@ -430,10 +507,6 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 	return nil
 }
 
-// errConcurrentEngine is what a sync says when another Engine, in this
-// process or another, synced the same database while it ran.
-var errConcurrentEngine = errors.New("another Engine synced this database at the same time; use one Engine per database, then sync again")
-
 // uploadOne uploads one planned file, stored in the outbox.
 func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 	for attempt := 0; ; attempt++ {
@@ -447,12 +520,67 @@ func (s *syncRun) uploadOne(ctx context.Context, up *upload) error {
 		if !errors.Is(err, fs.ErrExist) || attempt == 3 {
 			return remoteErr("upload", up.name, err)
 		}
+		// Another Engine on this database, recovering this upload from
+		// the outbox, may have published it first.
+		same, err := s.remoteMatchesOutbox(ctx, up.name)
+		if err != nil {
+			return err
+		}
+		if same {
+			return nil
+		}
 		// Another file has this name (a clock that went back): the
 		// outbox must not later take that file for ours. Rename.
 		if up.name, err = s.renameOutbox(ctx, up.name); err != nil {
 			return err
 		}
 	}
+}
+
+// takeFromOutbox takes this sync's upload name out of the outbox, in the
+// sync's final transaction. Another Engine on this database that took it
+// out first (it adopted the upload) or renamed it makes this sync stop
+// with errOtherEngine, committing nothing.
+func (s *syncRun) takeFromOutbox(ctx context.Context, name string) error {
+	n, err := s.execCount(ctx, `DELETE FROM sync_outbox WHERE name = ?1`, name)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%s: %w", name, errOutboxTaken)
+	}
+	return err
+}
+
+// removeOwnBroken removes from the remote, and forgets, a patch file that
+// this database uploaded and that reads as broken (err, from reading d):
+// empty, cut short, not gzip. Two Engines syncing one database once
+// published such files. No device can have applied it, and every device
+// would report it as rejected for ever. Nothing is lost with it: a name
+// is recorded in sync_uploaded with its content in the outbox, and that
+// content leaves the outbox only adopted or committed under a name this
+// device then holds as applied (and never downloads), or renamed; so a
+// file of its own that this device downloads is held under another name
+// or still in the outbox, which the sync's recovery, run before, publishes
+// under a new name when the remote's file of its name is not it. It
+// reports whether it removed the file; when the removal fails, the file
+// is rejected as any other and read again later.
+func (f *fetcher) removeOwnBroken(ctx context.Context, d *downloaded, err error) bool {
+	e := f.e
+	_, device, _ := parsePatchName(d.name)
+	var ahead *versionsAheadError
+	if d.kind != kindPatch || device != e.deviceID || errors.As(err, &ahead) || errors.Is(err, seal.ErrNoKey) ||
+		!errors.Is(classifyFileErr(err), ErrCorruptFile) {
+		return false
+	}
+	var one int
+	if f.conn.QueryRowContext(ctx, `SELECT 1 FROM sync_uploaded WHERE name = ?`, d.name).Scan(&one) != nil {
+		return false // not recorded: a copy of this database wrote it (see checkCopied)
+	}
+	if derr := e.cfg.Remote.Delete(ctx, d.name); derr != nil {
+		e.log.Warn("drivesync: could not remove a broken file this device uploaded; it is read again later", "file", d.name, "err", derr)
+		return false
+	}
+	e.log.Warn("drivesync: removed a broken file this device uploaded", "file", d.name, "err", err)
+	f.out.forget = append(f.out.forget, d.name)
+	return true
 }
 
 // noteUpload records a file name this database uploads, before it tries:

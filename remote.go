@@ -46,7 +46,9 @@ type Remote interface {
 
 	// Create stores content under name, creating parent folders as
 	// needed. A file must never be visible half-written: readers see
-	// either nothing or the whole content. If a file with that name
+	// either nothing or the whole content. A read of content that fails
+	// fails the Create, which then stores nothing, even when content can
+	// seek and the Remote learnt its size first. If a file with that name
 	// already exists, Create returns an error that matches fs.ErrExist
 	// and leaves the existing file alone.
 	Create(ctx context.Context, name string, content io.Reader) error

@@ -287,8 +287,11 @@ func serverErr(op string, err error) error {
 func (s *syncRun) pushFile(ctx context.Context, name string) error {
 	e := s.e
 	var writes []ServerWrite
-	src := &outboxReader{ctx: ctx, q: s.conn, name: name}
-	_, err := decodePatchFile(src, e.deviceID, math.MaxInt64, math.MaxInt64, func(c fileChange) error {
+	src, err := openOutbox(ctx, s.conn, name)
+	if err != nil {
+		return &Error{Op: "push", File: name, Err: err}
+	}
+	_, err = decodePatchFile(src, e.deviceID, math.MaxInt64, math.MaxInt64, func(c fileChange) error {
 		w := ServerWrite{Table: c.table, Record: c.record, Version: c.version, Device: e.deviceID, Deleted: c.deleted}
 		if !c.deleted {
 			w.Patch = json.RawMessage(c.patch)
@@ -306,6 +309,9 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 		writes = append(writes, w)
 		return nil
 	})
+	if src.err != nil {
+		err = src.err // another Engine took the batch out of the outbox
+	}
 	if err != nil {
 		return &Error{Op: "push", File: name, Err: err}
 	}

@@ -97,6 +97,29 @@ var faults = map[string]fault{
 		},
 		caughtBy: []string{"CreateReaders"},
 	},
+	// Create stores what it read of content that can seek up to the
+	// first read error, as a client does that sizes the content by
+	// seeking, then streams it and ends the body well-formed at an error.
+	"ends seekable content at an error": {
+		breakRemote: func(m *drivesync.MemoryRemote) *faultyRemote {
+			return &faultyRemote{MemoryRemote: m, create: func(ctx context.Context, name string, content io.Reader) error {
+				if _, ok := content.(io.Seeker); !ok {
+					return m.Create(ctx, name, content)
+				}
+				var stored []byte
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := content.Read(buf)
+					stored = append(stored, buf[:n]...)
+					if err != nil {
+						break
+					}
+				}
+				return m.Create(ctx, name, bytes.NewReader(stored))
+			}}
+		},
+		caughtBy: []string{"CreateSeekerFails"},
+	},
 	// Every method ignores its context.
 	"ignores the context": {
 		breakRemote: func(m *drivesync.MemoryRemote) *faultyRemote {

@@ -121,11 +121,56 @@ func (p *pausingReader) Read(b []byte) (int, error) {
 // Create must fail and leave nothing that Open reads, and the name free:
 // the engine uploads the same file under the same name at its next sync.
 func testCreateReaderFails(t *testing.T, r drivesync.Remote) {
-	ctx := context.Background()
-	const name = "2026/11/22/broken"
 	content := bytes.Repeat([]byte("fedcba9876543210"), 1<<17) // 2 MiB
 	errContent := errors.New("remotetest: the content failed half way")
-	src := io.MultiReader(bytes.NewReader(content[:len(content)/2]), iotest.ErrReader(errContent))
+	createFails(t, r, content, io.MultiReader(bytes.NewReader(content[:len(content)/2]), iotest.ErrReader(errContent)))
+}
+
+// testCreateSeekerFails is testCreateReaderFails with content that can
+// seek, as the engine's always can: a Remote may learn its size by seeking
+// to its end, or read it again from the start to retry, and must still
+// store nothing when a read fails half way (when another process takes
+// the upload out of the database, say).
+func testCreateSeekerFails(t *testing.T, r drivesync.Remote) {
+	content := bytes.Repeat([]byte("0123fedcba456789"), 1<<17) // 2 MiB
+	createFails(t, r, content, &failingSeeker{data: content, failAt: int64(len(content) / 2)})
+}
+
+// failingSeeker reads data, and fails every read that reaches failAt.
+type failingSeeker struct {
+	data   []byte
+	failAt int64
+	off    int64
+}
+
+func (f *failingSeeker) Read(p []byte) (int, error) {
+	if f.off >= f.failAt {
+		return 0, errors.New("remotetest: the content failed half way")
+	}
+	n := copy(p[:min(int64(len(p)), f.failAt-f.off)], f.data[f.off:])
+	f.off += int64(n)
+	return n, nil
+}
+
+func (f *failingSeeker) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		offset += f.off
+	case io.SeekEnd:
+		offset += int64(len(f.data))
+	}
+	if offset < 0 {
+		return 0, errors.New("remotetest: seek to a negative position")
+	}
+	f.off = offset
+	return offset, nil
+}
+
+// createFails creates a file from src, which fails half way through
+// content, and checks that nothing was stored and the name is free.
+func createFails(t *testing.T, r drivesync.Remote, content []byte, src io.Reader) {
+	ctx := context.Background()
+	const name = "2026/11/22/broken"
 	err := r.Create(ctx, name, src)
 	switch {
 	case err == nil:

@@ -53,6 +53,7 @@ func Run(t *testing.T, newRemote func(t *testing.T) drivesync.Remote, opts ...Op
 		{"ConcurrentCreate", func(t *testing.T, r drivesync.Remote) { testConcurrentCreate(t, r, opt.CreateMayRace) }},
 		{"HiddenWhileWriting", testHiddenWhileWriting},
 		{"CreateReaderFails", testCreateReaderFails},
+		{"CreateSeekerFails", testCreateSeekerFails},
 		{"OpenMissing", testOpenMissing},
 		{"Delete", testDelete},
 		{"DeleteMissing", testDeleteMissing},
