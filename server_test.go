@@ -34,25 +34,10 @@ func startSyncServer(t *testing.T) string {
 // progress as its Config.Progress.
 func serverDevice(t *testing.T, url, name string, pageSize int, progress func(drivesync.Progress)) (*sql.DB, *drivesync.Engine) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), name+".db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := drivesync.Open(context.Background(), db, drivesync.Config{
+	return openNotes(t, name, drivesync.Config{
 		Server:   httpremote.New(url, serverTestToken, httpremote.Options{PageSize: pageSize}),
-		Tables:   []drivesync.Table{{Name: "notes"}},
-		DeviceID: name,
-		TempDir:  t.TempDir(),
 		Progress: progress,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db, eng
 }
 
 // insertNotes writes n notes with ids prefix0, prefix1... in one

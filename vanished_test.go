@@ -24,6 +24,15 @@ type notesDevice struct {
 
 func newNotesDevice(t *testing.T, name string, remote drivesync.Remote) *notesDevice {
 	t.Helper()
+	db, eng := openNotes(t, name, drivesync.Config{Remote: remote})
+	return &notesDevice{t: t, name: name, db: db, eng: eng}
+}
+
+// openNotes opens a new database with a notes table (id TEXT PRIMARY
+// KEY, content JSONB), and an Engine on it that syncs notes as device
+// name, with cfg's remote or server and progress.
+func openNotes(t *testing.T, name string, cfg drivesync.Config) (*sql.DB, *drivesync.Engine) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".db")
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
@@ -33,13 +42,12 @@ func newNotesDevice(t *testing.T, name string, remote drivesync.Remote) *notesDe
 	if _, err := db.Exec(`CREATE TABLE notes (id TEXT PRIMARY KEY, content JSONB NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := drivesync.Open(context.Background(), db, drivesync.Config{
-		Remote: remote, Tables: []drivesync.Table{{Name: "notes"}}, DeviceID: name, TempDir: t.TempDir(),
-	})
+	cfg.Tables, cfg.DeviceID, cfg.TempDir = []drivesync.Table{{Name: "notes"}}, name, t.TempDir()
+	eng, err := drivesync.Open(context.Background(), db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &notesDevice{t: t, name: name, db: db, eng: eng}
+	return db, eng
 }
 
 func (d *notesDevice) put(id, title string) {

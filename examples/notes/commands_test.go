@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/drivesync/drivesync"
 	"github.com/drivesync/drivesync/examples/internal/notesapp"
-	"github.com/drivesync/drivesync/syncserver"
 )
 
 // A new user's first steps: notes without a remote, ids as the demo shows
@@ -180,18 +178,8 @@ func TestProgressLines(t *testing.T) {
 // Synced through a sync server, notes prints each step's progress in
 // changes, never a negative total.
 func TestProgressLinesThroughServer(t *testing.T) {
-	t.Setenv("NOTES_DB", "")
-	t.Setenv("NOTES_REMOTE", "")
-	t.Setenv("NOTES_SERVER", "")
-	t.Setenv("NOTES_TOKEN", "")
-	st, err := syncserver.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "server.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	const token = "alice-token-0123456789"
-	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{token: "alice"}}))
-	defer srv.Close()
+	srv := startServer(t, map[string]string{token: "alice"})
 	dir := t.TempDir()
 	a := cli{t, filepath.Join(dir, "a.db"), []string{"-server", srv.URL, "-token", token}}
 	b := cli{t, filepath.Join(dir, "b.db"), []string{"-server", srv.URL, "-token", token}}

@@ -211,21 +211,29 @@ func TestEmptiedRemote(t *testing.T) {
 	}
 }
 
-// Two devices sync through a sync server, as the README's quick start
-// does.
-func TestTwoDevicesThroughServer(t *testing.T) {
-	t.Setenv("NOTES_DB", "")
-	t.Setenv("NOTES_REMOTE", "")
-	t.Setenv("NOTES_SERVER", "")
-	t.Setenv("NOTES_TOKEN", "")
+// startServer serves a sync server over SQLite on loopback with tokens
+// (token -> user), for the CLI to reach through -server, and clears the
+// environment the CLI would otherwise read its settings from.
+func startServer(t *testing.T, tokens map[string]string) *httptest.Server {
+	t.Helper()
+	for _, v := range []string{"NOTES_DB", "NOTES_REMOTE", "NOTES_SERVER", "NOTES_TOKEN"} {
+		t.Setenv(v, "")
+	}
 	st, err := syncserver.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "server.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: tokens}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Two devices sync through a sync server, as the README's quick start
+// does.
+func TestTwoDevicesThroughServer(t *testing.T) {
 	const token = "alice-token-0123456789"
-	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{token: "alice"}}))
-	defer srv.Close()
+	srv := startServer(t, map[string]string{token: "alice"})
 	dir := t.TempDir()
 	a := cli{t, filepath.Join(dir, "a.db"), []string{"-server", srv.URL, "-token", token}}
 	b := cli{t, filepath.Join(dir, "b.db"), []string{"-server", srv.URL, "-token", token}}
@@ -249,18 +257,8 @@ func TestTwoDevicesThroughServer(t *testing.T) {
 // know (401), and the token of another user than the one whose store
 // this database syncs with (403).
 func TestServerRefusesToken(t *testing.T) {
-	t.Setenv("NOTES_DB", "")
-	t.Setenv("NOTES_REMOTE", "")
-	t.Setenv("NOTES_SERVER", "")
-	t.Setenv("NOTES_TOKEN", "")
-	st, err := syncserver.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "server.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	const alice, bob = "alice-token-0123456789", "bob-token-0123456789ab"
-	srv := httptest.NewServer(syncserver.NewHandler(st, syncserver.Options{Tokens: map[string]string{alice: "alice", bob: "bob"}}))
-	defer srv.Close()
+	srv := startServer(t, map[string]string{alice: "alice", bob: "bob"})
 	db := filepath.Join(t.TempDir(), "a.db")
 	a := cli{t, db, []string{"-server", srv.URL, "-token", alice}}
 	a.run("add", "alice's note")

@@ -175,12 +175,15 @@ func (s *Server) Run() error {
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
+	// Alive is not ready: a restarted server answers its health check
+	// before its storage is up, and refuses requests meanwhile
+	// (XMinioServerNotInitialized). It is ready once it lists buckets.
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(s.Endpoint + "/minio/health/live"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := s.Client(nil).ListBuckets(ctx, &s3.ListBucketsInput{})
+		cancel()
+		if err == nil {
+			return nil
 		}
 	}
 	s.Kill()
