@@ -40,8 +40,13 @@ import (
 //
 // The writer's own files count like any other: it holds them. Numbers run
 // per device id and per store: a database that takes a new id or binds to
-// another store starts again from 1. Files of engines that did not number
-// them carry no seq, and snapshots of those engines hold no numbers.
+// another store starts again from 1, or past the numbers of its id that
+// its synced state holds: files it numbered under another count that the
+// store's devices read, in a store it joins again or under an id the app
+// gave it before. A number must never name two files, or one of them
+// vanishing would go unnoticed while the other is listed. Files of
+// engines that did not number them carry no seq, and snapshots of those
+// engines hold no numbers.
 
 // FileSpan names files of one device by the numbers that device gives the
 // files it publishes (1, 2, 3, ...): First to Last.
@@ -170,6 +175,15 @@ func (h heldSet) gaps() []FileSpan {
 		}
 	}
 	return out
+}
+
+// highest returns the largest number h holds of device (0: none).
+func (h heldSet) highest(device string) int64 {
+	runs := h[device]
+	if len(runs) == 0 {
+		return 0
+	}
+	return runs[len(runs)-1].last
 }
 
 // runs counts h's runs.
@@ -360,7 +374,11 @@ func (s *syncRun) mergeSeq(ctx context.Context) (int64, error) {
 		if seq, err = s.lastFileSeq(ctx); err != nil {
 			return err
 		}
-		seq++
+		held, err := loadHeld(ctx, s.conn)
+		if err != nil {
+			return err
+		}
+		seq = max(seq, held.highest(s.e.deviceID)) + 1
 		if err := s.setLastFileSeq(ctx, seq); err != nil {
 			return err
 		}
