@@ -474,25 +474,44 @@ func (f *fetcher) findVanished(ctx context.Context) error {
 			}
 		}
 	}
+	// The numbers known by name are checked one by one; the others are
+	// taken run by run, however long a run a header claimed.
+	known := map[string][]int64{}
+	for n := range byNumber {
+		known[n.device] = append(known[n.device], n.seq)
+	}
+	for _, seqs := range known {
+		slices.Sort(seqs)
+	}
 	for _, sp := range candidates.spans() {
-		for n := sp.First; n <= sp.Last; n++ {
-			name, known := byNumber[fileNumber{sp.Device, n}]
-			if known {
-				rc, err := f.e.openFile(ctx, name)
-				switch {
-				case err == nil:
-					rc.Close()
-					continue // there after all: the listing lags
-				case unreadableFile(ctx, err):
-					continue // there, and refused to this device
-				case !errors.Is(err, fs.ErrNotExist):
-					return remoteErr("download", name, err)
-				}
-				f.e.log.Warn("drivesync: a file this device holds is gone from the remote, and nothing there holds it; writing a snapshot that does", "file", name)
-			} else {
-				f.e.log.Warn("drivesync: a file this device holds is gone from the remote, and nothing there holds it; writing a snapshot that does", "device", sp.Device, "seq", n)
+		gone := heldSet{}
+		gone.add(sp.Device, sp.First, sp.Last)
+		there := heldSet{}
+		seqs := known[sp.Device]
+		for _, n := range seqs {
+			if n < sp.First || n > sp.Last {
+				continue
 			}
-			f.out.vanished.add(sp.Device, n, n)
+			name := byNumber[fileNumber{sp.Device, n}]
+			rc, err := f.e.openFile(ctx, name)
+			switch {
+			case err == nil:
+				rc.Close()
+				there.add(sp.Device, n, n) // there after all: the listing lags
+				continue
+			case unreadableFile(ctx, err):
+				there.add(sp.Device, n, n) // there, and refused to this device
+				continue
+			case !errors.Is(err, fs.ErrNotExist):
+				return remoteErr("download", name, err)
+			}
+			f.e.log.Warn("drivesync: a file this device holds is gone from the remote, and nothing there holds it; writing a snapshot that does", "file", name)
+		}
+		for _, r := range gone.minus(there).spans() {
+			if r.First != r.Last || !slices.Contains(seqs, r.First) { // not named above
+				f.e.log.Warn("drivesync: files this device holds are gone from the remote, and nothing there holds them; writing a snapshot that does", "device", r.Device, "first", r.First, "last", r.Last)
+			}
+			f.out.vanished.add(r.Device, r.First, r.Last)
 		}
 	}
 	return nil

@@ -1,9 +1,11 @@
 package drivesync
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHeldSet(t *testing.T) {
@@ -61,5 +63,42 @@ func TestParseHeldRefuses(t *testing.T) {
 		if _, err := parseHeld([]byte(c.in), 2); err == nil || !strings.Contains(err.Error(), c.why) {
 			t.Errorf("parseHeld(%s): got %v, want an error saying %q", c.in, err, c.why)
 		}
+	}
+}
+
+// A device that finds a long run of numbers gone checks by name only the
+// files it knows and takes the rest as one run: a snapshot's header may
+// claim any run (1 to 2^62 here), and a sync that took the numbers one by
+// one would never end.
+func TestVanishedLongRunEndsTheSync(t *testing.T) {
+	folder, err := NewFolderRemote(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newDevice(t, "dev-a", folder)
+	a.put("r1", `{"v":1}`)
+	a.sync()
+	// What loading a snapshot that claims the run leaves, once no
+	// snapshot on the remote holds it any more.
+	a.exec(`INSERT INTO sync_held (device, first, last) VALUES ('dev-ghost', 1, 1 << 62)`)
+	done := make(chan Report, 1)
+	go func() {
+		r, err := a.eng.Sync(context.Background())
+		if err != nil {
+			t.Errorf("Sync: %v", err)
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		want := []FileSpan{{"dev-ghost", 1, 1 << 62}}
+		if !slices.Equal(r.Vanished, want) || r.Snapshot == "" {
+			t.Errorf("Vanished %v, Snapshot %q; want %v and a snapshot", r.Vanished, r.Snapshot, want)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the sync did not end within a minute")
+	}
+	if r := a.sync(); len(r.Vanished) != 0 || r.Snapshot != "" {
+		t.Errorf("after the snapshot: Vanished %v, Snapshot %q; want none", r.Vanished, r.Snapshot)
 	}
 }
