@@ -2,6 +2,7 @@ package drivesync
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -100,5 +101,75 @@ func TestVanishedLongRunEndsTheSync(t *testing.T) {
 	}
 	if r := a.sync(); len(r.Vanished) != 0 || r.Snapshot != "" {
 		t.Errorf("after the snapshot: Vanished %v, Snapshot %q; want none", r.Vanished, r.Snapshot)
+	}
+}
+
+// fileNumbers returns the names of the patch and merge files on remote,
+// by the number each carries.
+func fileNumbers(t *testing.T, remote Remote) map[fileNumber][]string {
+	t.Helper()
+	ctx := context.Background()
+	files, err := remote.List(ctx, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[fileNumber][]string{}
+	for _, f := range files {
+		kind, _, device, ok := parseFileName(f.Name)
+		if !ok || kind == kindSnapshot {
+			continue
+		}
+		rc, err := remote.Open(ctx, f.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq int64
+		if kind == kindPatch {
+			seq, err = decodePatchFile(rc, device, math.MaxInt64, math.MaxInt64, func(fileChange) error { return nil })
+		} else {
+			var h stateHeader
+			h, err = decodeStateFile(rc, device, Limits{}.withDefaults(), func(fileChange) error { return nil })
+			seq = h.seq
+		}
+		rc.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", f.Name, err)
+		}
+		if seq > 0 {
+			out[fileNumber{device, seq}] = append(out[fileNumber{device, seq}], f.Name)
+		}
+	}
+	return out
+}
+
+// An app that gives a database a device id it used before numbers that
+// id's files on from those it published: a number under the id must name
+// one file.
+func TestNumbersUnderAnIdGivenBackFollowItsFiles(t *testing.T) {
+	folder, err := NewFolderRemote(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newDevice(t, "dev-x", folder)
+	a.put("r1", `{"v":1}`)
+	a.sync()
+	a.put("r2", `{"v":2}`)
+	a.sync()
+	a.cfg.DeviceID = "dev-y"
+	a.open()
+	a.put("r3", `{"v":3}`)
+	a.sync()
+	a.cfg.DeviceID = "dev-x"
+	a.open()
+	a.put("r4", `{"v":4}`)
+	a.sync()
+	numbers := fileNumbers(t, folder)
+	for n, names := range numbers {
+		if len(names) > 1 {
+			t.Errorf("number %d of %s names %d files: %v", n.seq, n.device, len(names), names)
+		}
+	}
+	if len(numbers[fileNumber{"dev-x", 3}]) != 1 {
+		t.Errorf("no file numbered 3 of dev-x: %v", numbers)
 	}
 }
