@@ -244,7 +244,7 @@ func parseHeld(data []byte, maxRuns int64) (heldSet, error) {
 			}
 			first, err1 := strconv.ParseInt(string(ends[0].Leaf), 10, 64)
 			last, err2 := strconv.ParseInt(string(ends[1].Leaf), 10, 64)
-			if err1 != nil || err2 != nil || first < 1 || last < first {
+			if err1 != nil || err2 != nil || first < 1 || last < first || last > maxFileSeq {
 				return nil, fmt.Errorf("%s: run %s is not two file numbers, first to last", m.Key, r.Leaf)
 			}
 			h.add(m.Key, first, last)
@@ -516,6 +516,11 @@ func (f *fetcher) findVanished(ctx context.Context) error {
 	}
 	return nil
 }
+
+// maxFileSeq bounds the file numbers a device takes from a file or a
+// snapshot's header: a device numbers its own files on past the numbers
+// of its id that it holds (see plan), which must never pass int64's range.
+const maxFileSeq = 1 << 62
 
 // fileNumber is one file's number.
 type fileNumber struct {

@@ -1,6 +1,7 @@
 package drivesync
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"slices"
@@ -48,8 +49,9 @@ func TestHeldSet(t *testing.T) {
 }
 
 // A snapshot header's holds come from other devices: what no engine
-// writes is refused, with what was wrong, and the number of runs is
-// bounded.
+// writes is refused, with what was wrong, and the number of runs and the
+// numbers are bounded (a device numbers its files on past what it holds,
+// see plan, and must never pass int64).
 func TestParseHeldRefuses(t *testing.T) {
 	for _, c := range []struct{ in, why string }{
 		{`[]`, "object"},
@@ -60,6 +62,7 @@ func TestParseHeldRefuses(t *testing.T) {
 		{`{"a":[[1,2.5]]}`, "first to last"},
 		{`{"a b":[[1,2]]}`, "device id"},
 		{`{"a":[[1,1],[3,3],[5,5]]}`, "more than 2 runs"},
+		{`{"a":[[1,4611686018427387905]]}`, "first to last"}, // past maxFileSeq
 	} {
 		if _, err := parseHeld([]byte(c.in), 2); err == nil || !strings.Contains(err.Error(), c.why) {
 			t.Errorf("parseHeld(%s): got %v, want an error saying %q", c.in, err, c.why)
@@ -171,5 +174,20 @@ func TestNumbersUnderAnIdGivenBackFollowItsFiles(t *testing.T) {
 	}
 	if len(numbers[fileNumber{"dev-x", 3}]) != 1 {
 		t.Errorf("no file numbered 3 of dev-x: %v", numbers)
+	}
+}
+
+// A patch file's number past maxFileSeq is no number, as one that is not
+// a positive integer: the file reads alike, numbered or not.
+func TestPatchSeqBounded(t *testing.T) {
+	for _, c := range []struct {
+		seq  string
+		want int64
+	}{{"17", 17}, {"4611686018427387904", maxFileSeq}, {"4611686018427387905", 0}, {"9223372036854775807", 0}, {"0", 0}, {"-3", 0}, {"1.5", 0}, {`"7"`, 0}} {
+		raw := gzipBytes([]byte(`{"format":1,"device":"d","changes":[],"seq":` + c.seq + `}`))
+		got, err := decodePatchFile(bytes.NewReader(raw), "d", 1<<20, 1<<20, func(fileChange) error { return nil })
+		if err != nil || got != c.want {
+			t.Errorf("seq %s: got %d, %v; want %d", c.seq, got, err, c.want)
+		}
 	}
 }
