@@ -635,7 +635,7 @@ func decodePatchFile(r io.Reader, wantDevice string, maxExpanded, maxRecord int6
 }
 
 // decodeSeq reads a file's number. A value that is not a positive
-// integer is no number (0): an engine that does not know the member
+// integer, or is past maxFileSeq, is no number (0): an engine that does not know the member
 // skips it, and whether a file is readable must not depend on the
 // version that reads it.
 func decodeSeq(s *jsonStream) (int64, error) {
@@ -644,7 +644,7 @@ func decodeSeq(s *jsonStream) (int64, error) {
 		return 0, fmt.Errorf("seq: %w", err)
 	}
 	seq, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil || seq < 1 {
+	if err != nil || seq < 1 || seq > maxFileSeq {
 		return 0, nil
 	}
 	return seq, nil

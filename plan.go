@@ -75,7 +75,10 @@ func (s *syncRun) plan(ctx context.Context, f *fetched) (*plan, error) {
 	if p.lastSeq, err = s.lastFileSeq(ctx); err != nil {
 		return nil, &Error{Op: "sync", Err: err}
 	}
-	p.seq = p.lastSeq
+	// Past every number of this device's id that the state holds once
+	// this sync applies: files numbered under another count (see the
+	// top of vanished.go).
+	p.seq = max(p.lastSeq, f.heldNow().highest(e.deviceID))
 	p.maxSeen = max(f.maxSeen, p.base)
 	versions := newVersionCounter(p.maxSeen)
 	if p.changes, err = newSpool(e.cfg.TempDir); err != nil {

@@ -40,8 +40,13 @@ import (
 //
 // The writer's own files count like any other: it holds them. Numbers run
 // per device id and per store: a database that takes a new id or binds to
-// another store starts again from 1. Files of engines that did not number
-// them carry no seq, and snapshots of those engines hold no numbers.
+// another store starts again from 1, or past the numbers of its id that
+// its synced state holds: files it numbered under another count that the
+// store's devices read, in a store it joins again or under an id the app
+// gave it before. A number must never name two files, or one of them
+// vanishing would go unnoticed while the other is listed. Files of
+// engines that did not number them carry no seq, and snapshots of those
+// engines hold no numbers.
 
 // FileSpan names files of one device by the numbers that device gives the
 // files it publishes (1, 2, 3, ...): First to Last.
@@ -172,6 +177,15 @@ func (h heldSet) gaps() []FileSpan {
 	return out
 }
 
+// highest returns the largest number h holds of device (0: none).
+func (h heldSet) highest(device string) int64 {
+	runs := h[device]
+	if len(runs) == 0 {
+		return 0
+	}
+	return runs[len(runs)-1].last
+}
+
 // runs counts h's runs.
 func (h heldSet) runs() int {
 	n := 0
@@ -230,7 +244,7 @@ func parseHeld(data []byte, maxRuns int64) (heldSet, error) {
 			}
 			first, err1 := strconv.ParseInt(string(ends[0].Leaf), 10, 64)
 			last, err2 := strconv.ParseInt(string(ends[1].Leaf), 10, 64)
-			if err1 != nil || err2 != nil || first < 1 || last < first {
+			if err1 != nil || err2 != nil || first < 1 || last < first || last > maxFileSeq {
 				return nil, fmt.Errorf("%s: run %s is not two file numbers, first to last", m.Key, r.Leaf)
 			}
 			h.add(m.Key, first, last)
@@ -360,7 +374,11 @@ func (s *syncRun) mergeSeq(ctx context.Context) (int64, error) {
 		if seq, err = s.lastFileSeq(ctx); err != nil {
 			return err
 		}
-		seq++
+		held, err := loadHeld(ctx, s.conn)
+		if err != nil {
+			return err
+		}
+		seq = max(seq, held.highest(s.e.deviceID)) + 1
 		if err := s.setLastFileSeq(ctx, seq); err != nil {
 			return err
 		}
@@ -456,29 +474,53 @@ func (f *fetcher) findVanished(ctx context.Context) error {
 			}
 		}
 	}
+	// The numbers known by name are checked one by one; the others are
+	// taken run by run, however long a run a header claimed.
+	known := map[string][]int64{}
+	for n := range byNumber {
+		known[n.device] = append(known[n.device], n.seq)
+	}
+	for _, seqs := range known {
+		slices.Sort(seqs)
+	}
 	for _, sp := range candidates.spans() {
-		for n := sp.First; n <= sp.Last; n++ {
-			name, known := byNumber[fileNumber{sp.Device, n}]
-			if known {
-				rc, err := f.e.cfg.Remote.Open(ctx, name) // whether it is there, not what it holds
-				switch {
-				case err == nil:
-					rc.Close()
-					continue // there after all: the listing lags
-				case unreadableFile(ctx, err):
-					continue // there, and refused to this device
-				case !errors.Is(err, fs.ErrNotExist):
-					return remoteErr("download", name, err)
-				}
-				f.e.log.Warn("drivesync: a file this device holds is gone from the remote, and nothing there holds it; writing a snapshot that does", "file", name)
-			} else {
-				f.e.log.Warn("drivesync: a file this device holds is gone from the remote, and nothing there holds it; writing a snapshot that does", "device", sp.Device, "seq", n)
+		gone := heldSet{}
+		gone.add(sp.Device, sp.First, sp.Last)
+		there := heldSet{}
+		seqs := known[sp.Device]
+		for _, n := range seqs {
+			if n < sp.First || n > sp.Last {
+				continue
 			}
-			f.out.vanished.add(sp.Device, n, n)
+			name := byNumber[fileNumber{sp.Device, n}]
+			rc, err := f.e.cfg.Remote.Open(ctx, name) // whether it is there, not what it holds
+			switch {
+			case err == nil:
+				rc.Close()
+				there.add(sp.Device, n, n) // there after all: the listing lags
+				continue
+			case unreadableFile(ctx, err):
+				there.add(sp.Device, n, n) // there, and refused to this device
+				continue
+			case !errors.Is(err, fs.ErrNotExist):
+				return remoteErr("download", name, err)
+			}
+			f.e.log.Warn("drivesync: a file this device holds is gone from the remote, and nothing there holds it; writing a snapshot that does", "file", name)
+		}
+		for _, r := range gone.minus(there).spans() {
+			if r.First != r.Last || !slices.Contains(seqs, r.First) { // not named above
+				f.e.log.Warn("drivesync: files this device holds are gone from the remote, and nothing there holds them; writing a snapshot that does", "device", r.Device, "first", r.First, "last", r.Last)
+			}
+			f.out.vanished.add(r.Device, r.First, r.Last)
 		}
 	}
 	return nil
 }
+
+// maxFileSeq bounds the file numbers a device takes from a file or a
+// snapshot's header: a device numbers its own files on past the numbers
+// of its id that it holds (see plan), which must never pass int64's range.
+const maxFileSeq = 1 << 62
 
 // fileNumber is one file's number.
 type fileNumber struct {

@@ -274,3 +274,63 @@ func TestVanishedFileFoundByItsWriterBetweenFullListings(t *testing.T) {
 	b.sync()
 	b.wantNotes("n1=kept")
 }
+
+// moveTo points the device at another remote, as an app whose user picks
+// another folder does: the engine is opened again on the same database.
+func (d *notesDevice) moveTo(remote drivesync.Remote) {
+	d.t.Helper()
+	if err := d.eng.Close(); err != nil {
+		d.t.Fatal(err)
+	}
+	eng, err := drivesync.Open(context.Background(), d.db, drivesync.Config{
+		Remote: remote, Tables: []drivesync.Table{{Name: "notes"}}, DeviceID: d.name, TempDir: d.t.TempDir(),
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.eng = eng
+}
+
+// A device that leaves a store and joins it again numbers its new files
+// after those it published there before: a number it used there already
+// would name two files, and one of them vanishing would go unnoticed
+// while the other is on the remote.
+func TestVanishedFileAfterRejoiningAStoreHeals(t *testing.T) {
+	ctx := context.Background()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := newNotesDevice(t, "laptop", newFolderRemote(t, dirA))
+	b := newNotesDevice(t, "desktop", newFolderRemote(t, dirA))
+	a.put("n1", "first")
+	a.sync()
+	a.put("n2", "second")
+	a.sync()
+	b.sync()
+
+	a.moveTo(newFolderRemote(t, dirB)) // another, empty folder: a store of its own
+	if _, err := a.eng.Sync(ctx); err == nil {
+		t.Fatal("laptop synced with an empty folder without StartFresh")
+	}
+	if _, err := a.eng.StartFresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.put("n3", "written on the other store")
+	a.sync()
+
+	a.moveTo(newFolderRemote(t, dirA)) // back to the first store
+	if _, err := a.eng.Sync(ctx); err == nil {
+		t.Fatal("laptop synced with its old store without JoinRemote")
+	}
+	if err := a.eng.JoinRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.sync()
+	b.sync()
+	a.put("n4", "written after rejoining")
+	lost := a.sync().Uploaded
+	removeFromFolder(t, dirA, lost)
+	if r := a.sync(); len(r.Vanished) == 0 || r.Snapshot == "" {
+		t.Errorf("laptop after its file vanished: Vanished %v, Snapshot %q; want its file and a snapshot", r.Vanished, r.Snapshot)
+	}
+	b.sync()
+	b.wantNotes("n1=first", "n2=second", "n3=written on the other store", "n4=written after rejoining")
+}
