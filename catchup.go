@@ -402,6 +402,20 @@ func (f *fetcher) fetchStateFile(ctx context.Context, d *downloaded, limit int64
 		return spoolErr
 	})
 	progress.report()
+	if err == nil && h.store != f.store && d.kind == kindMerge && h.seq > 0 {
+		// The merge file of a device that joined another store, then
+		// this one (two devices started stores at once): nothing in it
+		// is this store's, and its writer sends its records again here.
+		// Taken as applied, its number is held (see vanished.go).
+		sp.close()
+		if sp, err = newSpool(e.cfg.TempDir); err != nil {
+			return h, &Error{Op: "download", File: d.name, Err: err}
+		}
+		f.e.log.Info("drivesync: a merge file of another store holds nothing for this one", "file", d.name, "store", h.store)
+		f.keep(d, sp, 0)
+		d.seq = h.seq
+		return h, nil
+	}
 	if err == nil && h.store != f.store {
 		err = rejection{fmt.Errorf("it belongs to store %s, not %s", h.store, f.store)}
 	}

@@ -122,7 +122,7 @@
 // Each device numbers the files it publishes, so a device that holds a
 // file no longer on the remote finds it gone, reports it in
 // Report.Vanished and writes a snapshot that holds it, from which the
-// devices that missed it take it; a device that received a later file
-// of a device but not an earlier one reports the earlier in
+// devices that missed it take it; a device that received files of a
+// device before and after one it lacks reports that one in
 // Report.Missing and Status.Missing until then.
 package drivesync

@@ -167,8 +167,9 @@ type Report struct {
 	// takes them. Files are named by their writers' numbers (see FileSpan).
 	Vanished []FileSpan
 	// Missing lists files of other devices that this device has not
-	// received although it holds later files of the same device: lost
-	// from the remote, or still on their way through a sync tool. A sync
+	// received although it holds earlier and later files of the same
+	// device: lost from the remote, or still on their way through a sync
+	// tool. A sync
 	// takes them from a snapshot that holds them as soon as one is there;
 	// a device that holds them writes one when it finds them gone.
 	Missing []FileSpan

@@ -36,8 +36,8 @@ type Status struct {
 	// Conflicts counts the entries of the conflict log (see Conflicts).
 	Conflicts int
 	// Missing lists files of other devices that this device has not
-	// received although it holds later files of the same device (see
-	// Report.Missing).
+	// received although it holds earlier and later files of the same
+	// device (see Report.Missing).
 	Missing []FileSpan
 	// ClockOffset is the remote's clock less this device's, as the last
 	// sync that read the remote's clock estimated it; ClockKnown says it

@@ -154,8 +154,8 @@ const (
 	metaFirstKey     = "key_first"     // the store whose first key this device held (see keyring.first)
 	metaFileID       = "file_id"       // the database file that took the device id (see fileMoved)
 	metaRenewID      = "renew_id"      // set: a new device id is owed once the outbox is empty, the app's or, if "1", a random one (see renewMovedID)
-	metaFileSeq      = "file_seq"      // "<store> <device id> <n>": the last number this device gave a file (see vanished.go)
-	metaMergeSeq     = "merge_seq"     // like file_seq: the number of the merge file a JoinRemote publishes, until it is
+	metaFileSeq      = "file_seq"      // the last number this database gave a file (see vanished.go)
+	metaMergeSeq     = "merge_seq"     // the number of the merge file a JoinRemote publishes, until it is
 	metaListedAll    = "listed_all"    // remote time of the last listing of the whole remote
 	metaHealFailed   = "heal_failed"   // remote time a snapshot healing vanished files could not be written
 	schemaVersion    = "4"
@@ -187,7 +187,8 @@ var migrations = []struct {
 		`UPDATE sync_files SET status = 'checked' WHERE status = 'applied' AND name LIKE '%/snapshot\_%' ESCAPE '\'`,
 	}},
 	// Schema 4 numbers files (see vanished.go): the files applied before
-	// carry no number, and the snapshots checked before are read again.
+	// carry no number, and the headers of the snapshots checked before
+	// are read again when a number seems gone (findVanished).
 	{version: 4, fn: func(ctx context.Context, q querier) error {
 		if err := addColumn(ctx, q, "sync_files", "seq", "INTEGER NOT NULL DEFAULT 0"); err != nil {
 			return err

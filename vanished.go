@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -34,19 +33,21 @@ import (
 //     remotes once a day), and at every sync the files it holds that its
 //     listing must show (those named after where it listed from).
 //   - A device that lacks a number loads a snapshot that holds it (see
-//     settleChecked), and until one comes, a number below one it holds is
-//     reported as missing (Report.Missing, Status.Missing): the file may
-//     still be on its way through a sync tool, or lost.
+//     settleChecked), and until one comes, a number between two it holds
+//     of the same device is reported as missing (Report.Missing,
+//     Status.Missing): the file may still be on its way through a sync
+//     tool, or lost.
 //
-// The writer's own files count like any other: it holds them. Numbers run
-// per device id and per store: a database that takes a new id or binds to
-// another store starts again from 1, or past the numbers of its id that
-// its synced state holds: files it numbered under another count that the
-// store's devices read, in a store it joins again or under an id the app
-// gave it before. A number must never name two files, or one of them
-// vanishing would go unnoticed while the other is listed. Files of
-// engines that did not number them carry no seq, and snapshots of those
-// engines hold no numbers.
+// The writer's own files count like any other: it holds them. A number
+// must never name two files, or one of them vanishing would go unnoticed
+// while the other is listed: a database counts its files on, whatever its
+// device id and store, and past every number of its id that its state
+// holds (see lastFileSeq). So a device's numbers in a store may start
+// anywhere, and only a number between two a device holds is missing. A
+// merge file of another store (two devices that started stores at once
+// and joined each other's) holds nothing for this one: its number is held
+// when it is read. Files of engines that did not number them carry no
+// seq, and snapshots of those engines hold no numbers.
 
 // FileSpan names files of one device by the numbers that device gives the
 // files it publishes (1, 2, 3, ...): First to Last.
@@ -160,18 +161,16 @@ func (h heldSet) spans() []FileSpan {
 	return out
 }
 
-// gaps returns the numbers below the largest of each device that h does
-// not hold: files this device has not received although it has received
-// later files of the same device.
+// gaps returns the numbers between the smallest and the largest of each
+// device that h does not hold: files this device has not received although
+// it has received earlier and later files of the same device. (A device's
+// numbers in a store need not start at 1, see lastFileSeq.)
 func (h heldSet) gaps() []FileSpan {
 	var out []FileSpan
 	for _, device := range slices.Sorted(maps.Keys(h)) {
-		next := int64(1)
-		for _, r := range h[device] {
-			if r.first > next {
-				out = append(out, FileSpan{device, next, r.first - 1})
-			}
-			next = r.last + 1
+		runs := h[device]
+		for i := 1; i < len(runs); i++ {
+			out = append(out, FileSpan{device, runs[i-1].last + 1, runs[i].first - 1})
 		}
 	}
 	return out
@@ -311,8 +310,8 @@ func holdAlso(ctx context.Context, q querier, add heldSet) error {
 }
 
 // missingFiles returns the files of other devices that this database has
-// not received although it holds later files of the same device: lost
-// from the remote, or still on their way. A sync takes them from a
+// not received although it holds earlier and later files of the same
+// device: lost from the remote, or still on their way. A sync takes them from a
 // snapshot that holds them as soon as one is on the remote.
 func missingFiles(ctx context.Context, q querier) ([]FileSpan, error) {
 	h, err := loadHeld(ctx, q)
@@ -322,9 +321,13 @@ func missingFiles(ctx context.Context, q querier) ([]FileSpan, error) {
 	return h.gaps(), nil
 }
 
-// lastFileSeq returns the last number this device gave a file. It is
-// kept in sync_meta (metaFileSeq) with the store and device id it counts
-// for: another store or id starts again from 1.
+// lastFileSeq returns the last number this database gave a file
+// (metaFileSeq). The count is the database's, whatever its device id and
+// store: a number it gave never names another file, neither in a store
+// it joins again, nor on a remote where its files from before it lost
+// the race to start a store stay, nor under an id the app gives back.
+// Another device id or store only starts its numbers higher than 1,
+// which readers allow (see gaps).
 func (s *syncRun) lastFileSeq(ctx context.Context) (int64, error) {
 	return s.seqMeta(ctx, metaFileSeq)
 }
@@ -332,30 +335,20 @@ func (s *syncRun) lastFileSeq(ctx context.Context) (int64, error) {
 // setLastFileSeq records n as the last number used, in the caller's
 // transaction.
 func (s *syncRun) setLastFileSeq(ctx context.Context, n int64) error {
-	return setMeta(ctx, s.conn, metaFileSeq, s.seqMetaValue(n))
+	return setMeta(ctx, s.conn, metaFileSeq, strconv.FormatInt(n, 10))
 }
 
-// seqMeta reads a number kept under key for this store and device id (0
-// if none, or if kept for another).
+// seqMeta reads a number kept in sync_meta under key (0 if none).
 func (s *syncRun) seqMeta(ctx context.Context, key string) (int64, error) {
 	v, err := getMeta(ctx, s.conn, key)
 	if err != nil || v == "" {
 		return 0, err
 	}
-	store, rest, _ := strings.Cut(v, " ")
-	device, n, _ := strings.Cut(rest, " ")
-	if store != s.store || device != s.e.deviceID {
-		return 0, nil
-	}
-	seq, err := strconv.ParseInt(n, 10, 64)
+	seq, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("sync_meta %s: %q", key, v)
 	}
 	return seq, nil
-}
-
-func (s *syncRun) seqMetaValue(n int64) string {
-	return fmt.Sprintf("%s %s %d", s.store, s.e.deviceID, n)
 }
 
 // mergeSeq returns the number of the merge file a JoinRemote publishes:
@@ -382,7 +375,7 @@ func (s *syncRun) mergeSeq(ctx context.Context) (int64, error) {
 		if err := s.setLastFileSeq(ctx, seq); err != nil {
 			return err
 		}
-		return setMeta(ctx, s.conn, metaMergeSeq, s.seqMetaValue(seq))
+		return setMeta(ctx, s.conn, metaMergeSeq, strconv.FormatInt(seq, 10))
 	})
 	return seq, err
 }

@@ -3,9 +3,12 @@ package drivesync_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,27 +138,30 @@ func TestVanishedPatchReachesTheDeviceThatMissedIt(t *testing.T) {
 	}
 }
 
-// A device that received a later file of another device but not an
-// earlier one reports the earlier one missing, in its Report and its
-// Status, until a snapshot that holds it arrives.
+// A device that received an earlier and a later file of another device
+// but not one between them reports that one missing, in its Report and
+// its Status, until a snapshot that holds it arrives.
 func TestMissingFileReportedUntilASnapshotHoldsIt(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	a := newNotesDevice(t, "laptop", newFolderRemote(t, dir))
 	b := newNotesDevice(t, "desktop", newFolderRemote(t, dir))
+	a.put("n0", "zeroth")
+	a.sync()
+	b.sync()
 	a.put("n1", "first")
-	first := a.sync().Uploaded
+	lost := a.sync().Uploaded
 	a.put("n2", "second")
 	a.sync()
-	removeFromFolder(t, dir, first)
-	want := []drivesync.FileSpan{{Device: "laptop", First: 1, Last: 1}}
+	removeFromFolder(t, dir, lost)
+	want := []drivesync.FileSpan{{Device: "laptop", First: 2, Last: 2}}
 	if r := b.sync(); !slices.Equal(r.Missing, want) {
 		t.Errorf("desktop's Report.Missing = %v, want %v", r.Missing, want)
 	}
 	if st, err := b.eng.Status(ctx); err != nil || !slices.Equal(st.Missing, want) {
 		t.Errorf("desktop's Status.Missing = %v (err %v), want %v", st.Missing, err, want)
 	}
-	b.wantNotes("n2=second")
+	b.wantNotes("n0=zeroth", "n2=second")
 	a.sync() // finds its file gone: a snapshot
 	if r := b.sync(); len(r.Missing) != 0 {
 		t.Errorf("desktop still misses %v after the snapshot", r.Missing)
@@ -163,7 +169,7 @@ func TestMissingFileReportedUntilASnapshotHoldsIt(t *testing.T) {
 	if st, err := b.eng.Status(ctx); err != nil || len(st.Missing) != 0 {
 		t.Errorf("desktop's Status.Missing = %v (err %v) after the snapshot, want none", st.Missing, err)
 	}
-	b.wantNotes("n1=first", "n2=second")
+	b.wantNotes("n0=zeroth", "n1=first", "n2=second")
 }
 
 // A device that read a file before it vanished heals it for the others
@@ -333,4 +339,64 @@ func TestVanishedFileAfterRejoiningAStoreHeals(t *testing.T) {
 	}
 	b.sync()
 	b.wantNotes("n1=first", "n2=second", "n3=written on the other store", "n4=written after rejoining")
+}
+
+// failingPatches is a Remote whose creates of patch files fail while
+// fail is set, as a network that drops does.
+type failingPatches struct {
+	drivesync.Remote
+	fail *bool
+}
+
+func (r failingPatches) Create(ctx context.Context, name string, content io.Reader) error {
+	if *r.fail && strings.Contains(name, "/patch_") {
+		return errors.New("network down")
+	}
+	return r.Remote.Create(ctx, name, content)
+}
+
+// An upload that was not yet published when its device moved to another
+// store is published there, numbered as it was under the old count: the
+// other devices of that store must not report its device's earlier
+// numbers missing for ever.
+func TestOutboxPublishedAfterJoiningLeavesNoGap(t *testing.T) {
+	ctx := context.Background()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	fail := false
+	a := newNotesDevice(t, "laptop", failingPatches{newFolderRemote(t, dirA), &fail})
+	for _, id := range []string{"n0", "n1"} {
+		a.put(id, "published on A")
+		a.sync()
+	}
+	a.put("n2", "in the outbox")
+	fail = true
+	if _, err := a.eng.Sync(ctx); err == nil {
+		t.Fatal("the sync published its file with the network down")
+	}
+	fail = false
+	// The other store began days before: not a race to create a store.
+	clockB := time.Now().Add(-72 * time.Hour)
+	remoteB := &clockedRemote{Remote: newFolderRemote(t, dirB), now: &clockB}
+	b := newNotesDevice(t, "desktop", remoteB)
+	b.put("m1", "on B")
+	b.sync()
+	clockB = clockB.Add(48 * time.Hour)
+	a.moveTo(remoteB)
+	if r, err := a.eng.Sync(ctx); err == nil {
+		t.Fatalf("laptop synced with another store without JoinRemote: %+v", r)
+	}
+	if err := a.eng.JoinRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.sync()
+	a.sync()
+	b.sync()
+	b.sync()
+	b.wantNotes("m1=on B", "n0=published on A", "n1=published on A", "n2=in the outbox")
+	for _, d := range []*notesDevice{a, b} {
+		st, err := d.eng.Status(ctx)
+		if err != nil || len(st.Missing) != 0 {
+			t.Errorf("%s: Status.Missing = %v (err %v), want none", d.name, st.Missing, err)
+		}
+	}
 }
