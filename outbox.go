@@ -471,7 +471,15 @@ func (s *syncRun) reserve(ctx context.Context, p *plan, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		if stored != p.base || lastSeq != p.lastSeq {
+		// This sync published and merged whatever the outbox held before
+		// it fetched (recoverOutbox): an upload there now is another
+		// Engine's, between its reservation and its commit, sending the
+		// very records this plan read as pending.
+		var waiting bool
+		if err := s.conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sync_outbox)`).Scan(&waiting); err != nil {
+			return err
+		}
+		if stored != p.base || lastSeq != p.lastSeq || waiting {
 			return errOtherEngine
 		}
 		// The files' names are a millisecond apart: each is unique, in

@@ -169,6 +169,56 @@ func TestOtherEngineAdoptingTheUploadStopsTheCommit(t *testing.T) {
 	}
 }
 
+// Two Engines on one database: the second starts its sync, finds the
+// outbox empty, then plans while the first's upload is between its
+// reservation and its commit. The pending records are the first's to
+// send; the second must stop, not send them again under new versions.
+func TestOtherEngineMidUploadStopsTheReservation(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryRemote()
+	a := newDevice(t, "dev-a", mem)
+	a.put("warm", `{"v":0}`)
+	a.sync()
+	other, err := Open(ctx, a.db, a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	a.put("n", `{"v":1}`)
+
+	uploaded, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	hooks(a.eng).step = func(p string) error {
+		if p == "uploaded" {
+			close(uploaded)
+			<-release
+		}
+		return nil
+	}
+	hooks(other).step = func(p string) error {
+		if p == "fetched" { // past its outbox recovery: nothing there yet
+			go func() {
+				_, err := a.eng.Sync(ctx)
+				done <- err
+			}()
+			<-uploaded
+		}
+		return nil
+	}
+	_, otherErr := other.Sync(ctx)
+	close(release)
+	aErr := <-done
+	hooks(a.eng).step, hooks(other).step = nil, nil
+	if !errors.Is(otherErr, errOtherEngine) {
+		t.Errorf("the second Engine's sync while the first's upload waited to commit: %v; want an error that matches errOtherEngine", otherErr)
+	}
+	if aErr != nil {
+		t.Errorf("the first Engine's sync: %v", aErr)
+	}
+	if files := remoteFiles(t, mem, kindPatch); len(files) != 2 {
+		t.Errorf("the remote holds %d patch files, want 2 (the warm-up and the one upload): %v", len(files), files)
+	}
+}
+
 // storeOutbox stores data in the outbox under name, as saveOutbox does.
 func storeOutbox(t *testing.T, db *sql.DB, name string, data []byte) {
 	t.Helper()
