@@ -44,6 +44,11 @@ type applier struct {
 	// were rebased on (see rebasePending).
 	revived map[recordKey]string
 	fresh   freshBatch // records with no state, queued (see freshBatch)
+	// received counts the received changes that changed a record's
+	// synced state (see countReceived); lastReceived is the last record
+	// counted.
+	received     int
+	lastReceived recordKey
 }
 
 type recordKey struct{ table, record string }
@@ -164,8 +169,15 @@ func (s *applier) apply(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.report.ChangesReceived += d.spool.n
-		if !s.l.server { // the records pulled from a Server: no file to record
+		if s.l.server {
+			// The records pulled from a Server, not another device's
+			// file, and no file to record. A record that this device
+			// holds already as it came (one it pushed in a push that
+			// did not follow on from its cursor, pulled back) is no
+			// change received.
+			s.report.ChangesReceived += s.received
+		} else {
+			s.report.ChangesReceived += d.spool.n
 			s.report.Downloaded = append(s.report.Downloaded, d.name)
 			if _, err := s.conn.ExecContext(ctx, `INSERT OR REPLACE INTO sync_files (name, status, size, seq, holds) VALUES (?, 'applied', ?, ?, ?)`, d.name, max(d.size, 0), d.seq, heldText(d.holds)); err != nil {
 				return err
@@ -396,6 +408,9 @@ func (s *applier) applyReceivedOne(ctx context.Context, c fileChange) error {
 	if err != nil {
 		return err
 	}
+	if st.changed {
+		s.countReceived(c)
+	}
 	t := s.e.tables[c.table]
 	if t != nil && t.appendOnly {
 		// Whether or not its stamp wins, a payload unlike the row held
@@ -469,6 +484,16 @@ func (s *applier) applyReceivedOne(ctx context.Context, c fileChange) error {
 		return s.rowResult(ctx, t, c.record, t.writeParsed(ctx, s, c.record, string(c.patch), c.parsed))
 	}
 	return s.writeRow(ctx, t, c.record, st.node)
+}
+
+// countReceived counts c, a received change that changed its record's
+// synced state. A server sends a record over its write limit in parts,
+// one after another: the record counts once.
+func (s *applier) countReceived(c fileChange) {
+	if k := (recordKey{c.table, c.record}); k != s.lastReceived {
+		s.received++
+		s.lastReceived = k
+	}
 }
 
 // rebasePending gives every record the app wrote during the sync its

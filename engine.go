@@ -134,9 +134,12 @@ type Report struct {
 	// it names the batch as this database's outbox held it, the name
 	// its push's key (PushBatch.Key) carries.
 	Recovered string
-	// ChangesReceived counts the changes applied from downloaded files;
-	// ChangesSent the changes in the uploaded files, counted as each
-	// goes, so that a sync that fails after an upload still tells it.
+	// ChangesReceived counts the changes applied from downloaded files,
+	// or through a Server the records pulled that changed this
+	// device's synced state (what other devices wrote: a record this
+	// device pushed, pulled back as it holds it, is none); ChangesSent
+	// the changes in the uploaded files, counted as each goes, so that
+	// a sync that fails after an upload still tells it.
 	ChangesReceived, ChangesSent int
 	// Rejected lists remote files that were skipped because they are
 	// malformed, too large or of a newer format, or because the remote

@@ -146,7 +146,9 @@ type HarnessServerStore interface {
 // harnessServer is a device's Server in a schedule over a sync server: it
 // fails pushes before and after the server applies them, crashes the
 // device right after a push the server applied, and runs another
-// device's sync in the middle of a pull.
+// device's sync in the middle of a pull, and just before or after a
+// push (another write between the device's pull and its push, or right
+// after its push: the push's cursor must not skip it).
 type harnessServer struct {
 	r    *harnessRemote // the device's crash point, counters and world
 	base Server
@@ -156,11 +158,17 @@ func (s *harnessServer) Push(ctx context.Context, b *PushBatch) (*PushResult, er
 	if s.r.w.roll("push fails before the server", 0.05) {
 		return nil, errFault
 	}
+	if s.r.w.roll("another device syncs before a push", 0.05) {
+		s.r.w.interleave(s.r.device)
+	}
 	res, err := s.base.Push(ctx, b)
 	if err != nil {
 		return nil, err
 	}
 	s.r.patches.Add(1)
+	if s.r.w.roll("another device syncs after a push", 0.05) {
+		s.r.w.interleave(s.r.device)
+	}
 	if s.r.w.roll("crash after a push the server applied", 0.03) {
 		panic(errCrash{"pushed"})
 	}
@@ -327,8 +335,10 @@ type world struct {
 	hostile       map[string]bool
 	hostileJumped bool // a hostile file within the version bound was written
 	// interleave, while faults are on, runs another device's sync or
-	// Snapshot in the middle of this device's reading of a snapshot: a
-	// compaction that deletes files this sync listed but has not read.
+	// Snapshot in the middle of this device's sync: while it reads a
+	// snapshot (a compaction that deletes files this sync listed but
+	// has not read), or, through a server, during a pull and around a
+	// push.
 	interleave func(reader string)
 	// noSnapshots: the store's remote refuses every snapshot (a sync
 	// server's small file limit), so no file may vanish. compacted: a
@@ -1713,7 +1723,7 @@ func runSchedule(t *testing.T, rt *rapid.T, b backend) {
 		} else {
 			r, err = d.eng.Sync(context.Background())
 		}
-		rt.Logf("  (while %s reads) %s: Snapshot %v -> downloaded %v, snapshot %q, deleted %d, err %v", reader, d.name, snapshot, r.Downloaded, r.Snapshot, r.Deleted, err)
+		rt.Logf("  (while %s syncs) %s: Snapshot %v -> downloaded %v, snapshot %q, deleted %d, err %v", reader, d.name, snapshot, r.Downloaded, r.Snapshot, r.Deleted, err)
 		if r.Deleted > 0 {
 			count("compactions while another device reads a snapshot")
 			w.compacted = true

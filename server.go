@@ -20,6 +20,8 @@ import (
 // Through a server a sync pushes this device's changes as one batch of
 // stamped writes, and pulls the merged state of every record changed
 // since its cursor, a page at a time; a new device pulls every record.
+// A push whose writes follow on from the cursor moves it past them
+// (PushResult.Cursor): the next pull does not bring them back.
 // The server keeps no files: there are no snapshots to write and nothing
 // to compact. What the device receives is merged into its synced state
 // exactly as a snapshot's records are.
@@ -46,6 +48,10 @@ type PushBatch struct {
 	// again with the same key once.
 	Key    string
 	Writes []ServerWrite
+	// Cursor is where this device's next pull would start (a cursor
+	// of a PullPage or PushResult), "" for none: the server answers
+	// whether the batch's writes follow on from it (PushResult.Cursor).
+	Cursor string
 }
 
 // ServerWrite is one write of a push: a change this device made, stamped
@@ -76,6 +82,13 @@ type ServerWrite struct {
 // PushResult is the server's answer to a push.
 type PushResult struct {
 	StoreID string // the store the writes went to
+	// Cursor, if not "", may replace the batch's Cursor as where the
+	// next pull starts: every record the store wrote after the batch's
+	// Cursor up to it is a write of this batch, which the device holds
+	// already. "" when other writes came between (or the server cannot
+	// tell): the next pull starts at the batch's Cursor and brings them,
+	// with the batch's records.
+	Cursor string
 }
 
 // PullPage is one page of a pull.
@@ -170,10 +183,23 @@ func (s *syncRun) syncServer(ctx context.Context) (*listing, *fetched, error) {
 		// No file moves: Report.Uploaded stays "", and ChangesSent
 		// tells what went out.
 		e.progressStart("upload", len(p.uploads), 0, p.sent)
+		// A push whose writes follow on from the pull's cursor moves it
+		// past them: the commit merges them into the synced state, so
+		// the next pull need not bring them back. Not after a pulled
+		// record was refused: it comes again with its next write, which
+		// may be this device's own.
+		cursor := l.serverCursor
+		if len(s.report.Rejected) > 0 {
+			cursor = ""
+		}
 		for i, up := range p.uploads {
 			e.progressFile(i)
-			if err := s.pushFile(ctx, up.name); err != nil {
+			next, err := s.pushFile(ctx, up.name, cursor)
+			if err != nil {
 				return nil, nil, err
+			}
+			if next != "" {
+				cursor, l.serverCursor = next, next
 			}
 			s.report.ChangesSent += up.sent
 			e.progressRecords(up.sent)
@@ -283,13 +309,15 @@ func serverErr(op string, err error) error {
 }
 
 // pushFile pushes the outbox's batch name, with name as its key, and binds
-// a device that syncs with no store yet to the one it went to.
-func (s *syncRun) pushFile(ctx context.Context, name string) error {
+// a device that syncs with no store yet to the one it went to. It returns
+// the server's cursor past the batch's writes if they follow on from
+// cursor (see PushResult.Cursor), else "".
+func (s *syncRun) pushFile(ctx context.Context, name, cursor string) (string, error) {
 	e := s.e
 	var writes []ServerWrite
 	src, err := openOutbox(ctx, s.conn, name)
 	if err != nil {
-		return &Error{Op: "push", File: name, Err: err}
+		return "", &Error{Op: "push", File: name, Err: err}
 	}
 	_, err = decodePatchFile(src, e.deviceID, math.MaxInt64, math.MaxInt64, func(c fileChange) error {
 		w := ServerWrite{Table: c.table, Record: c.record, Version: c.version, Device: e.deviceID, Deleted: c.deleted}
@@ -313,11 +341,11 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 		err = src.err // another Engine took the batch out of the outbox
 	}
 	if err != nil {
-		return &Error{Op: "push", File: name, Err: err}
+		return "", &Error{Op: "push", File: name, Err: err}
 	}
-	res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Key: pushKey(e.deviceID, name), Writes: writes})
+	res, err := e.cfg.Server.Push(ctx, &PushBatch{StoreID: s.store, Key: pushKey(e.deviceID, name), Writes: writes, Cursor: cursor})
 	if errors.Is(err, ErrDeviceIDShared) {
-		return s.deviceIDShared(ctx, err)
+		return "", s.deviceIDShared(ctx, err)
 	}
 	if errors.Is(err, ErrServerRefused) {
 		// Planned under limits the server no longer has (or refused
@@ -326,14 +354,14 @@ func (s *syncRun) pushFile(ctx context.Context, name string) error {
 		// records are still pending: the next sync plans them again,
 		// under the limits its pull brings.
 		if err := s.dropOutbox(ctx); err != nil {
-			return err
+			return "", err
 		}
-		return &Error{Op: "push", File: name, Err: fmt.Errorf("%w; its changes are still pending: sync again", err)}
+		return "", &Error{Op: "push", File: name, Err: fmt.Errorf("%w; its changes are still pending: sync again", err)}
 	}
 	if err != nil {
-		return serverErr("push", err)
+		return "", serverErr("push", err)
 	}
-	return s.bindServer(ctx, res.StoreID)
+	return res.Cursor, s.bindServer(ctx, res.StoreID)
 }
 
 // deviceIDShared handles a push the server refused because another
@@ -379,7 +407,9 @@ func pushKey(device, name string) string { return "drivesync:" + device + ":" + 
 // into the synced state (see recoverOutbox).
 func (s *syncRun) recoverPushes(ctx context.Context) error {
 	return s.eachOutbox(ctx, func(name string) error {
-		err := s.pushFile(ctx, name)
+		// The cursor stays: this sync's pull brings the batch's
+		// records back, as it brings every record written after it.
+		_, err := s.pushFile(ctx, name, "")
 		if errors.Is(err, ErrServerRefused) {
 			// The outbox is empty now: this sync plans its records
 			// again, under the limits its pull brings.

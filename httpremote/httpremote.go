@@ -130,8 +130,10 @@ func (c *Client) Push(ctx context.Context, b *drivesync.PushBatch) (*drivesync.P
 		q.Set("store_id", b.StoreID)
 	}
 	var res struct {
-		OK    bool   `json:"ok"`
-		Store string `json:"store"`
+		OK       bool   `json:"ok"`
+		Store    string `json:"store"`
+		Previous string `json:"previous_time"`
+		Cursor   string `json:"cursor"`
 	}
 	// The key the server sees is the batch's key and its body hashed: a
 	// key names one body, so no push of the engine is ever refused as a
@@ -148,7 +150,25 @@ func (c *Client) Push(ctx context.Context, b *drivesync.PushBatch) (*drivesync.P
 	if !res.OK || res.Store == "" {
 		return nil, fmt.Errorf("httpremote: the server's push response names no store")
 	}
-	return &drivesync.PushResult{StoreID: res.Store}, nil
+	return &drivesync.PushResult{StoreID: res.Store, Cursor: followOn(b.Cursor, res.Previous, res.Cursor)}, nil
+}
+
+// followOn returns where the next pull starts after a push that the store
+// wrote after its clock read previous up to cursor, for a device whose
+// pulls reached from: cursor, if nothing but the push's writes lies
+// between; "" if other writes may (or a time does not parse: a server
+// that does not say).
+func followOn(from, previous, cursor string) string {
+	f, errF := time.Parse(time.RFC3339Nano, from)
+	p, errP := time.Parse(time.RFC3339Nano, previous)
+	c, errC := time.Parse(time.RFC3339Nano, cursor)
+	switch {
+	case errF != nil || errP != nil || errC != nil || f.Before(p):
+		return ""
+	case f.After(c):
+		return from // already past the push
+	}
+	return cursor
 }
 
 // encodePush writes the body of a push, grouping the writes by table in

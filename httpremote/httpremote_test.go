@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -228,6 +229,67 @@ func (l *loseResponse) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res.Body.Close()
 	return nil, errors.New("connection reset (test)")
+}
+
+// A push answers a cursor past its own writes when they follow on from
+// the batch's cursor, and a pull from it brings none of them; after
+// another client's write in between, without a cursor, or from a server
+// that does not say, it answers none. The push sent again with its key
+// answers as the first time.
+func TestPushCursor(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) {
+		ctx := context.Background()
+		url, _ := startServer(t, kind)
+		c := httpremote.New(url, aliceToken, httpremote.Options{Store: "notes"})
+		write := func(record string, version int64) []drivesync.ServerWrite {
+			return []drivesync.ServerWrite{{Table: "notes", Record: record, Version: version, Device: "dev-a", Patch: []byte(`{"content":"x"}`)}}
+		}
+		page, err := c.Pull(ctx, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := &drivesync.PushBatch{Key: "batch-1", Writes: write("n1", 1), Cursor: page.Cursor}
+		res, err := c.Push(ctx, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Cursor == "" {
+			t.Fatalf("a push that follows on from the cursor %q answered no cursor", page.Cursor)
+		}
+		if p, err := c.Pull(ctx, res.StoreID, res.Cursor); err != nil || len(p.Records) != 0 {
+			t.Errorf("a pull from the push's cursor: %+v, %v; want no record", p, err)
+		}
+		if again, err := c.Push(ctx, first); err != nil || again.Cursor != res.Cursor {
+			t.Errorf("the push sent again answered %+v, %v; want the cursor %q", again, err, res.Cursor)
+		}
+
+		other := httpremote.New(url, aliceToken, httpremote.Options{Store: "notes"})
+		if _, err := other.Push(ctx, &drivesync.PushBatch{StoreID: res.StoreID, Writes: []drivesync.ServerWrite{{Table: "notes", Record: "n2", Version: 2, Device: "dev-b", Patch: []byte(`{"content":"y"}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		behind, err := c.Push(ctx, &drivesync.PushBatch{StoreID: res.StoreID, Writes: write("n3", 3), Cursor: res.Cursor})
+		if err != nil || behind.Cursor != "" {
+			t.Errorf("a push after another client's write answered %+v, %v; want no cursor", behind, err)
+		}
+		if p, err := c.Pull(ctx, res.StoreID, res.Cursor); err != nil || len(p.Records) != 2 {
+			t.Errorf("a pull from the kept cursor: %+v, %v; want n2 and n3", p, err)
+		}
+		if none, err := c.Push(ctx, &drivesync.PushBatch{StoreID: res.StoreID, Writes: write("n4", 4)}); err != nil || none.Cursor != "" {
+			t.Errorf("a push without a cursor answered %+v, %v; want no cursor", none, err)
+		}
+	})
+	t.Run("older server", func(t *testing.T) {
+		old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"ok":true,"idMap":{},"server_time":"2026-01-02T03:04:05.000006Z","applied":1,"store":"s1"}`)
+		}))
+		defer old.Close()
+		c := httpremote.New(old.URL, aliceToken, httpremote.Options{})
+		res, err := c.Push(context.Background(), &drivesync.PushBatch{Writes: []drivesync.ServerWrite{{Table: "notes", Record: "n1", Version: 1, Device: "dev-a", Patch: []byte(`{}`)}}, Cursor: "2026-01-01T00:00:00Z"})
+		if err != nil || res.StoreID != "s1" || res.Cursor != "" {
+			t.Errorf("push to a server that names no cursor: %+v, %v; want store s1 and no cursor", res, err)
+		}
+	})
 }
 
 // A server whose store was deleted and created again is another store: the

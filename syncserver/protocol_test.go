@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -470,6 +471,157 @@ func cursorRace(t *testing.T, servers []string, pushers, pushes, batch int) {
 			t.Errorf("puller %d saw %d of %d records", p, len(s), want)
 		}
 	}
+}
+
+// A push's answer names the store's clock before and after it: a client
+// whose cursor is at the clock before may pull next from the clock after,
+// and gets none of its own writes back, also from the replay of the push;
+// after another client's write its cursor is behind the clock before, and
+// it keeps its cursor, which brings that write.
+func TestPushCursor(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		ts := newServer(t, spec)
+		_, cursor := pullAll(t, ts.URL, aliceToken, "s", "", "rows") // a store with no writes yet
+		body := `{"ops":{"items":[{"id":"a1","v":1},{"id":"a2","v":2}]}}`
+		r := ts.push(t, aliceToken, "s", "k-1", body)
+		if r.status != 200 {
+			t.Fatalf("push: %d %s", r.status, r.body)
+		}
+		m := r.json(t)
+		checkTimes(t, m, "")
+		if m["previous_time"] != cursor {
+			t.Fatalf("the first push's previous_time is %v, want the store's clock %s", m["previous_time"], cursor)
+		}
+		next := m["cursor"].(string)
+		if rows, _ := pullAll(t, ts.URL, aliceToken, "s", next, "rows"); len(rows) != 0 {
+			t.Errorf("a pull from the push's cursor brought %v, want nothing", rows)
+		}
+		if rows, _ := pullAll(t, ts.URL, aliceToken, "s", cursor, "rows"); len(rows["items"]) != 2 {
+			t.Errorf("a pull from before the push brought %v, want its 2 records", rows)
+		}
+		replay := ts.push(t, aliceToken, "s", "k-1", body).json(t)
+		if replay["previous_time"] != m["previous_time"] || replay["cursor"] != next {
+			t.Errorf("the replay answered %v, want the first answer's times %v", replay, m)
+		}
+
+		// Another client's write, then this client's push: its cursor
+		// is behind previous_time, and pulling from it brings both.
+		if r := ts.push(t, aliceToken, "s", "", `{"ops":{"items":[{"id":"b1","v":3}]}}`); r.status != 200 {
+			t.Fatalf("push: %d %s", r.status, r.body)
+		}
+		m = ts.push(t, aliceToken, "s", "", `{"ops":{"items":[{"id":"a3","v":4}]}}`).json(t)
+		if follows(t, next, m["previous_time"].(string)) {
+			t.Fatalf("previous_time %v is not after the cursor %s: another write came between", m["previous_time"], next)
+		}
+		rows, _ := pullAll(t, ts.URL, aliceToken, "s", next, "rows")
+		if len(rows["items"]) != 2 || rows["items"]["b1"] == nil || rows["items"]["a3"] == nil {
+			t.Errorf("a pull from the kept cursor brought %v, want b1 and a3", rows)
+		}
+		// A push that changes nothing takes no time: its cursor is its
+		// previous_time, and follows on.
+		state := `{"ops":{"items":[{"op":"upsert","id":"a1","drivesync":{"state":{"data":{},"clock":{},"deleted":false}}}]}}`
+		m = ts.push(t, aliceToken, "s", "", state).json(t)
+		if m["cursor"] != m["previous_time"] {
+			t.Errorf("a push that changed nothing answered %v, want cursor = previous_time", m)
+		}
+	})
+}
+
+// follows reports whether a client at cursor may take a push's cursor:
+// its cursor is at or after the push's previous_time.
+func follows(t testing.TB, cursor, previous string) bool {
+	t.Helper()
+	c, err1 := time.Parse(time.RFC3339Nano, cursor)
+	p, err2 := time.Parse(time.RFC3339Nano, previous)
+	if err1 != nil || err2 != nil {
+		t.Errorf("times %q, %q: %v %v", cursor, previous, err1, err2)
+		return false
+	}
+	return !c.Before(p)
+}
+
+// Clients that take a push's cursor when it follows on from theirs, as
+// the drivesync engine does, pushing and pulling at once through several
+// server processes, each see every record the others wrote.
+func TestPushCursorNeverSkips(t *testing.T) {
+	eachStore(t, func(t *testing.T, spec string) {
+		servers := []string{newServer(t, spec).URL}
+		if strings.HasPrefix(spec, "postgres") {
+			servers = append(servers, newServer(t, spec).URL)
+		}
+		const clients, rounds, batch = 6, 15, 3
+		seen := make([]map[string]bool, clients)
+		var own, followed atomic.Int64
+		var wg sync.WaitGroup
+		pull := func(c int, base, since string) string {
+			for {
+				q := url.Values{"store": {"race"}, "limit": {"5"}, "since": {since}}
+				r := do(t, "GET", base+"/sync/pull?"+q.Encode(), aliceToken, "")
+				if r.status != 200 {
+					t.Errorf("pull: %d %s", r.status, r.body)
+					return since
+				}
+				var m struct {
+					Changes    map[string][]map[string]any
+					NextCursor *string
+					ServerTime string `json:"server_time"`
+				}
+				json.Unmarshal(r.body, &m)
+				for _, row := range m.Changes["items"] {
+					id := row["id"].(string)
+					seen[c][id] = true
+					if strings.HasPrefix(id, fmt.Sprintf("c%d-", c)) {
+						own.Add(1)
+					}
+				}
+				if m.NextCursor == nil {
+					return m.ServerTime
+				}
+				since = *m.NextCursor
+			}
+		}
+		cursors := make([]string, clients)
+		for c := range clients {
+			seen[c] = map[string]bool{}
+			wg.Go(func() {
+				base := servers[c%len(servers)]
+				cursor := pull(c, base, "1970-01-01T00:00:00Z")
+				defer func() { cursors[c] = cursor }()
+				for i := range rounds {
+					var ops []string
+					for j := range batch {
+						id := fmt.Sprintf("c%d-%d-%d", c, i, j)
+						ops = append(ops, fmt.Sprintf(`{"id":%q,"v":%d}`, id, j))
+						seen[c][id] = true
+					}
+					r := do(t, "POST", base+"/sync/push?store=race", aliceToken, `{"ops":{"items":[`+strings.Join(ops, ",")+`]}}`)
+					if r.status != 200 {
+						t.Errorf("push: %d %s", r.status, r.body)
+						return
+					}
+					var m struct {
+						Previous string `json:"previous_time"`
+						Cursor   string
+					}
+					json.Unmarshal(r.body, &m)
+					if follows(t, cursor, m.Previous) {
+						cursor = m.Cursor
+						followed.Add(1)
+					}
+					cursor = pull(c, base, cursor)
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("pushes that followed on: %d of %d; own records pulled back: %d of %d", followed.Load(), clients*rounds, own.Load(), clients*rounds*batch)
+		for c := range clients {
+			// Each client's next pull, from its cursor, completes its view.
+			pull(c, servers[c%len(servers)], cursors[c])
+			if len(seen[c]) != clients*rounds*batch {
+				t.Errorf("client %d saw %d of %d records", c, len(seen[c]), clients*rounds*batch)
+			}
+		}
+	})
 }
 
 // A stamp names one write: the same stamped write again is applied (and

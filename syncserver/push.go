@@ -58,7 +58,12 @@ func storeName(r *http.Request) (string, *problemError) {
 // stamp and patch in a member "drivesync". A deletion is {"table": "<t>",
 // "id": "<id>", "deleted_at": "<time>"}, plus "drivesync" for an engine's.
 //
-// Either every write applies or none does.
+// Either every write applies or none does. The answer names the store's
+// clock before the push (previous_time) and after it (cursor): the
+// store's writes between are the push's own, so a client whose cursor is
+// at or after previous_time may pull next from cursor, and does not pull
+// back what it pushed. A client whose cursor is earlier keeps it: other
+// writes came between.
 func (h *Handler) push(w http.ResponseWriter, r *http.Request, user string) {
 	name, perr := storeName(r)
 	if perr != nil {
@@ -116,7 +121,7 @@ func (h *Handler) push(w http.ResponseWriter, r *http.Request, user string) {
 		if err := tx.setClock(last, a.maxVersion); err != nil {
 			return err
 		}
-		response = a.response(tx.store.id, max(last, now))
+		response = a.response(tx.store.id, max(last, now), tx.store.last, last)
 		if key != "" {
 			return tx.saveKey(key, hex.EncodeToString(hash.Sum(nil)), response, now)
 		}
@@ -171,7 +176,11 @@ type pushApplier struct {
 	idOrder    []string
 }
 
-func (a *pushApplier) response(store string, at int64) string {
+// response is the push's answer. previous and cursor are the store's
+// clock before and after the push: the store's writes after previous up
+// to cursor are this push's, so a client whose cursor is previous or
+// later may pull next from cursor, and not get its own writes back.
+func (a *pushApplier) response(store string, at, previous, cursor int64) string {
 	b := []byte(`{"ok":true,"idMap":{`)
 	for i, t := range a.idOrder {
 		if i > 0 {
@@ -187,7 +196,11 @@ func (a *pushApplier) response(store string, at int64) string {
 	b = strconv.AppendInt(b, int64(a.applied), 10)
 	b = append(b, `,"store":`...)
 	b = jsonv.AppendString(b, store)
-	return string(append(b, "}\n"...))
+	b = append(b, `,"previous_time":"`...)
+	b = append(b, formatMicros(previous)...)
+	b = append(b, `","cursor":"`...)
+	b = append(b, formatMicros(cursor)...)
+	return string(append(b, "\"}\n"...))
 }
 
 // decode walks the body, applying each write as it is read.

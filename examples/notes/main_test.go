@@ -230,7 +230,7 @@ func startServer(t *testing.T, tokens map[string]string) *httptest.Server {
 }
 
 // Two devices sync through a sync server, as the README's quick start
-// does.
+// does; a device's sync after its push says it is up to date.
 func TestTwoDevicesThroughServer(t *testing.T) {
 	const token = "alice-token-0123456789"
 	srv := startServer(t, map[string]string{token: "alice"})
@@ -240,6 +240,10 @@ func TestTwoDevicesThroughServer(t *testing.T) {
 	id := strings.TrimSpace(a.run("add", "through the server"))
 	if got := a.run("sync"); !strings.Contains(got, "sent 1 change") {
 		t.Errorf("a sync: %q", got)
+	}
+	// a holds what it sent: its next sync pulls nothing back.
+	if got := a.run("sync"); strings.TrimSpace(got) != "up to date" {
+		t.Errorf("a's next sync printed %q, want up to date", got)
 	}
 	if got := b.run("sync"); !strings.Contains(got, "received 1 change") {
 		t.Errorf("b sync: %q", got)
