@@ -22,11 +22,22 @@
 //	...
 //	report, err := eng.Sync(ctx) // on start, on exit, on "Sync now"
 //
-// A synced table has id TEXT PRIMARY KEY (never NULL), a content column holding the
-// record as a JSON object (JSONB or text), and any other columns, which
-// are projections of the same-named top-level keys of content: when the
-// engine writes a row it fills them from content. The app reads and
-// writes the table with plain SQL; triggers record which rows changed.
+// A synced table takes one of two shapes. A document table has id TEXT
+// PRIMARY KEY (never NULL), a content column holding the record as a
+// JSON object (JSONB or text), merged per member path, and any other
+// columns, which are projections of the same-named top-level keys of
+// content: when the engine writes a row it fills them from content. An
+// ordinary table is any table with a declared PRIMARY KEY of one or more
+// TEXT, INTEGER or BLOB columns and no content column: its typed columns
+// sync as they are, each merging on its own, and a record is its key (a
+// single INTEGER PRIMARY KEY, numbered apart on each device, needs
+// Table.UniqueIntegerKey). Table.AppendOnly makes an ordinary table's rows
+// immutable once written, as a log's are: the app's UPDATE and DELETE
+// are refused, and two payloads under one key are reported
+// (ErrImmutableConflict), never merged. The app reads and writes its
+// tables with plain SQL; triggers record which rows changed. The README
+// ("A synced table", "An ordinary table", "Append-only tables") has the
+// details.
 //
 // # The sync cycle
 //

@@ -70,10 +70,10 @@ const folderMime = "application/vnd.google-apps.folder"
 // everything (a zero since, which the engine makes when a snapshot falls
 // due, about once a month, and when a device starts from one) removes the
 // day folders that are empty and more than a week past their day, and
-// the month and year folders that leaves empty (see emptyFolderMargin
-// and listAll). The folder and file ids DriveRemote remembers are then
-// those that listing showed, plus the last week's folders (see
-// learnFolders). A Create whose folder was removed meanwhile makes it
+// the month and year folders that leaves empty: the week keeps a removal
+// from meeting a device creating a file there. The folder and file ids
+// DriveRemote remembers are then those that listing showed, plus the last
+// week's folders. A Create whose folder was removed meanwhile makes it
 // again.
 type DriveRemote struct {
 	svc    *drive.Service

@@ -103,9 +103,12 @@ func recentFolder(dir string, now time.Time) bool {
 //
 // Day folders do not pile up: Delete and List remove the folders of the
 // YYYY/MM/DD layout that are empty and whose day (or month, or year)
-// ended more than a week ago by the local clock (see emptyFolderMargin),
-// with os.Remove, which fails on a folder that is not empty; List only
-// those untouched for a day. Nothing else is removed: not the root, not a
+// ended more than a week ago by the local clock, with os.Remove, which
+// fails on a folder that is not empty; List only those untouched for a
+// day. The week keeps a removal from meeting another device creating a
+// file in that folder, even one whose clock is days off or whose upload
+// stalled for days; a Create whose folder was removed all the same makes
+// it again. Nothing else is removed: not the root, not a
 // folder that holds anything, even a dot file, and not a folder outside
 // the layout, which other apps may own.
 type FolderRemote struct {

@@ -235,6 +235,27 @@ func TestOrdinaryKeysRefused(t *testing.T) {
 	}
 }
 
+// A refused key of several columns names the column at fault, on insert
+// and on an update that moves the key.
+func TestOrdinaryCompositeKeyRefusalNamesTheColumn(t *testing.T) {
+	d := rowsDevice(t, "dev-a", NewMemoryRemote(), `CREATE TABLE t (owner TEXT, n, v, PRIMARY KEY (owner, n))`, Table{Name: "t"})
+	for _, tc := range []struct{ stmt, column string }{
+		{`INSERT INTO t VALUES ('a', 1.5, 1)`, "n"},
+		{`INSERT INTO t VALUES (NULL, 1, 1)`, "owner"},
+		{`INSERT INTO t VALUES ('a' || char(0), 1, 1)`, "owner"},
+		{`UPDATE t SET n = 2.5`, "n"},
+	} {
+		if strings.HasPrefix(tc.stmt, "UPDATE") {
+			d.exec(`INSERT OR IGNORE INTO t VALUES ('ok', 1, 1)`)
+		}
+		_, err := d.db.Exec(tc.stmt)
+		want := "drivesync: table t: key column " + tc.column + " must hold"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", tc.stmt, err, want)
+		}
+	}
+}
+
 func TestOrdinaryTableShapes(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {

@@ -128,19 +128,32 @@ func (t *tableInfo) keyExpr(r string) string {
 func (t *tableInfo) badKey(r string) string {
 	conds := make([]string, len(t.keys))
 	for i, k := range t.keys {
-		c := r + "." + quoteIdent(k)
-		// Not typeof(...) NOT IN (...): a trigger builds an IN list's
-		// table again at each row it fires for, which cost an insert into
-		// an ordinary table as much as the insert itself.
-		conds[i] = fmt.Sprintf("%[1]s IS NULL OR typeof(%[1]s) = 'real' OR typeof(%[1]s) = 'text' AND instr(%[1]s, char(0)) > 0", c)
+		conds[i] = badKeyColumn(r, k)
 	}
 	return "(" + strings.Join(conds, " OR ") + ")"
 }
 
-// keyRefusal is the message of the error the triggers raise for a key
-// that has no record id.
-func (t *tableInfo) keyRefusal() string {
-	return fmt.Sprintf("drivesync: table %s: key column %s must hold TEXT (without NUL characters), INTEGER or BLOB values, never NULL or REAL: devices find a record by its key", t.name, strings.Join(t.keys, ", "))
+// badKeyColumn is the SQL condition that key column k of row r holds no
+// part of a record id.
+func badKeyColumn(r, k string) string {
+	// Not typeof(...) NOT IN (...): a trigger builds an IN list's table
+	// again at each row it fires for, which cost an insert into an
+	// ordinary table as much as the insert itself.
+	return fmt.Sprintf("%[1]s IS NULL OR typeof(%[1]s) = 'real' OR typeof(%[1]s) = 'text' AND instr(%[1]s, char(0)) > 0", r+"."+quoteIdent(k))
+}
+
+// keyChecked is the SQL expression that is expr, the record id of row r,
+// when r's key has one, and otherwise raises the error that refuses the
+// app's statement, naming the key column at fault.
+func (t *tableInfo) keyChecked(r, expr string) string {
+	var b strings.Builder
+	b.WriteString("CASE")
+	for _, k := range t.keys {
+		msg := fmt.Sprintf("drivesync: table %s: key column %s must hold TEXT (without NUL characters), INTEGER or BLOB values, never NULL or REAL: devices find a record by its key", t.name, k)
+		fmt.Fprintf(&b, " WHEN %s THEN RAISE(ABORT, %s)", badKeyColumn(r, k), quoteString(msg))
+	}
+	fmt.Fprintf(&b, " ELSE %s END", expr)
+	return b.String()
 }
 
 // decodeKey returns the values of record id's key columns, or a rowError.

@@ -72,9 +72,7 @@ func ordinaryTriggers(t *tableInfo, mark func(string) string, name func(string) 
 	tbl := quoteIdent(t.name)
 	// One statement: the key of row r is checked as the mark of record
 	// id is computed.
-	checked := func(r, id string) string {
-		return fmt.Sprintf("CASE WHEN %s THEN RAISE(ABORT, %s) ELSE %s END", t.badKey(r), quoteString(t.keyRefusal()), id)
-	}
+	checked := t.keyChecked
 	keys := make([]string, len(t.keys))
 	moved := make([]string, len(t.keys))
 	for i, k := range t.keys {

@@ -684,9 +684,12 @@ func sortMembers(m []jsonv.Member) {
 func microTime(us int64) time.Time { return time.UnixMicro(us) }
 
 // otherStore is the problem of a request for store id that is not the
-// store user's name now holds (current, "" if none).
+// store user's name now holds (current, "" if none). It says only what
+// the server knows: an id it holds under another name is that store; of
+// an id it does not hold it cannot tell whether the store was deleted or
+// the client synced it through another server or remote.
 func (h *Handler) otherStore(ctx context.Context, user, name, id, current string) error {
-	owner, err := h.store.owner(ctx, id)
+	owner, idName, err := h.store.owner(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -694,9 +697,13 @@ func (h *Handler) otherStore(ctx context.Context, user, name, id, current string
 		return &problemError{problemBody{Type: problemType("forbidden"), Title: "Not your store", Status: http.StatusForbidden,
 			Detail: fmt.Sprintf("store %s belongs to another user: a token reaches only its own user's stores", id)}}
 	}
-	detail := fmt.Sprintf("store %q is now %s, not %s: it was deleted and created again since this client last synced", name, current, id)
+	now := fmt.Sprintf("store %q is %s", name, current)
 	if current == "" {
-		detail = fmt.Sprintf("store %q (%s) no longer exists", name, id)
+		now = fmt.Sprintf("there is no store %q", name)
+	}
+	detail := fmt.Sprintf("%s, and this server holds no store %s, the one this client syncs with: it was deleted, or the client synced it through another server or remote", now, id)
+	if owner != "" {
+		detail = fmt.Sprintf("%s, but this client syncs with store %q (%s)", now, idName, id)
 	}
 	return &problemError{problemBody{Type: problemType("store-replaced"), Title: "Store replaced", Status: http.StatusConflict, Detail: detail}}
 }

@@ -427,12 +427,12 @@ func (s *Store) pull(ctx context.Context, owner, name string, since int64, limit
 	return pg, rows.Err()
 }
 
-// owner returns the user whose store has id, or "" if none has.
-func (s *Store) owner(ctx context.Context, id string) (string, error) {
-	var owner string
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT owner FROM sync_server_stores WHERE id = $1`), id).Scan(&owner)
+// owner returns the user whose store has id and the store's name, or ""
+// if none has.
+func (s *Store) owner(ctx context.Context, id string) (owner, name string, err error) {
+	err = s.read.QueryRowContext(ctx, s.q(`SELECT owner, name FROM sync_server_stores WHERE id = $1`), id).Scan(&owner, &name)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
+		return "", "", nil
 	}
-	return owner, err
+	return owner, name, err
 }

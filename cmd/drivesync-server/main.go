@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -31,13 +32,15 @@ func main() {
 	tokens := flag.String("tokens", "", `file of "USER TOKEN" lines (required)`)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(*addr, *store, *tokens, log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *addr, *store, *tokens, log); err != nil {
 		log.Error("drivesync-server: " + err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(addr, store, tokensFile string, log *slog.Logger) error {
+func run(ctx context.Context, addr, store, tokensFile string, log *slog.Logger) error {
 	if tokensFile == "" {
 		return errors.New(`-tokens is required: a file with one "USER TOKEN" pair per line`)
 	}
@@ -50,21 +53,25 @@ func run(addr, store, tokensFile string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", tokensFile, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// Listen first: a port already in use fails before the database is
+	// created, and "listening" is logged only once requests are taken.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
 	st, err := syncserver.Open(ctx, store)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	srv := &http.Server{
-		Addr:              addr,
 		Handler:           syncserver.NewHandler(st, syncserver.Options{Tokens: tokens, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("drivesync-server listening", "addr", addr, "users", len(uniqueUsers(tokens)))
+	go func() { errc <- srv.Serve(l) }()
+	log.Info("drivesync-server listening", "addr", l.Addr().String(), "users", len(uniqueUsers(tokens)))
 	select {
 	case err := <-errc:
 		return err

@@ -53,6 +53,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	// Listen first: a port already in use fails before anything is
+	// created (the database, the shared folder).
+	l, err := net.Listen("tcp", *addr)
+	if err != nil && !addrSet(flags) {
+		l, err = net.Listen("tcp", "127.0.0.1:0") // 8090 is taken: any free port
+	}
+	if err != nil {
+		return err
+	}
+	defer l.Close()
 	if *remoteDir == "" {
 		// A first run with no flags: a shared folder beside the database,
 		// which a second instance (-db other.db) can sync through.
@@ -71,13 +81,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer srv.Close()
-	l, err := net.Listen("tcp", *addr)
-	if err != nil && !addrSet(flags) {
-		l, err = net.Listen("tcp", "127.0.0.1:0") // 8090 is taken: any free port
-	}
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(stdout, "notes-web: open http://%s (Ctrl-C to stop)\n", l.Addr())
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -77,7 +77,7 @@ button { font: inherit; padding: .3em .8em; }
 <dl class="status" id="status">
   <dt>Device</dt><dd>{{.Status.DeviceID}}</dd>
   <dt>Pending</dt><dd id="pending">{{.Status.Pending}}</dd>
-  <dt>Last sync</dt><dd id="last-sync" data-at="{{.Status.LastSync.UnixNano}}">{{ago .Status.LastSync}}{{if .Status.LastError}} — failed: {{.Status.LastError}}{{else if not .Status.LastSync.IsZero}} — ok{{end}}</dd>
+  <dt>Last sync</dt><dd id="last-sync" data-at="{{if not .Status.LastSync.IsZero}}{{.Status.LastSync.UnixNano}}{{end}}">{{ago .Status.LastSync}}{{if .Status.LastError}} — failed: {{.Status.LastError}}{{else if not .Status.LastSync.IsZero}} — ok{{end}}</dd>
   <dt>Store</dt><dd>{{or .Status.Store "none yet"}}</dd>
   {{with .Status.Remote}}<dt>Remote</dt><dd>{{.}}</dd>{{end}}
   {{if .Status.OutboxWaiting}}<dt>Outbox</dt><dd>an upload waits: the next sync sends it first</dd>{{end}}

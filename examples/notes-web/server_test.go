@@ -52,6 +52,16 @@ func TestCrossSiteFormPostCannotEditNotes(t *testing.T) {
 	}
 }
 
+// Before any sync the status says "never" and carries no time: a zero
+// time is no moment to compare with.
+func TestNeverSyncedCarriesNoTime(t *testing.T) {
+	d := startDevice(t, "a", t.TempDir())
+	p := d.get(t, "/")
+	if !strings.Contains(p.html, `<dd id="last-sync" data-at="">never</dd>`) {
+		t.Errorf("a device that never synced shows\n%s\nwant last sync never, with an empty data-at", p.html)
+	}
+}
+
 // fillNotes writes n notes in one transaction, as "note 00000" to "note
 // n-1", 7 to a second (see second): later notes are newer, notes of the
 // same second tie on updated_at, and the first 7 have none (NULL).

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,9 +65,31 @@ func TestPassphrase(t *testing.T) {
 	b := cli{t, filepath.Join(dir, "b.db"), []string{"-remote", remote}}
 	a.run("add", "SECRET-NOTE-TEXT")
 	a.run("sync")
-	if msg := b.fail("sync"); !strings.Contains(msg, "-passphrase") {
-		t.Fatalf("b without the passphrase: %s", msg)
+	if msg := b.fail("sync"); !strings.Contains(msg, "this store is encrypted: give its passphrase with -passphrase or $NOTES_PASSPHRASE") || strings.Contains(msg, "Config.") {
+		t.Fatalf("b without the passphrase: %s\nwant what to do in notes' terms, not the library's", msg)
 	}
+	// A wrong passphrase, from the flag or the environment, and one for a
+	// store that has none: each says which passphrase and how to drop it,
+	// and stays ErrWrongKey.
+	plain := t.TempDir()
+	(cli{t, filepath.Join(dir, "p.db"), []string{"-remote", plain}}).run("sync")
+	for _, tc := range []struct {
+		env  string
+		c    cli
+		want string
+	}{
+		{"", cli{t, filepath.Join(dir, "c.db"), []string{"-remote", remote, "-passphrase", "wrong horse"}}, "the passphrase of -passphrase does not open this store"},
+		{"wrong horse", cli{t, filepath.Join(dir, "d.db"), []string{"-remote", remote}}, "the passphrase of $NOTES_PASSPHRASE does not open this store"},
+		{"", cli{t, filepath.Join(dir, "e.db"), []string{"-remote", plain, "-passphrase", "correct horse"}}, "if the store is not encrypted, leave out -passphrase"},
+		{"correct horse", cli{t, filepath.Join(dir, "f.db"), []string{"-remote", plain}}, "if the store is not encrypted, unset NOTES_PASSPHRASE"},
+	} {
+		t.Setenv("NOTES_PASSPHRASE", tc.env)
+		_, err := tc.c.try("sync")
+		if !errors.Is(err, drivesync.ErrWrongKey) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "Config.") {
+			t.Errorf("%s with $NOTES_PASSPHRASE=%q: %v\nwant ErrWrongKey saying %q, not the library's Config fields", strings.Join(tc.c.flags, " "), tc.env, err, tc.want)
+		}
+	}
+	t.Setenv("NOTES_PASSPHRASE", "")
 	b.flags = append(b.flags, "-passphrase", "correct horse")
 	b.run("sync")
 	if list := b.run("list"); !strings.Contains(list, "SECRET-NOTE-TEXT") {
@@ -146,11 +169,16 @@ func TestStatusAndConflicts(t *testing.T) {
 // Progress goes to standard error, as plain lines when it is not a
 // terminal: each step's first and last (a download that starts again
 // from 0, after a snapshot's, is a step again), in the changes it moves
-// when it knows their total, else in files, else in the changes so far
-// (a sync server's pull, whose total its last page tells).
+// when it knows their total, else in files, and a sync server's pull
+// (whose total its last page tells) in the changes so far. A folder's
+// download of nothing counts files too.
 func TestProgressLines(t *testing.T) {
 	var out bytes.Buffer
-	bar := newProgressBar(&out)
+	bar := newProgressBar(&out, false)
+	bar.show(drivesync.Progress{Step: "download"})
+	bar.show(drivesync.Progress{Step: "upload", Total: 1, TotalRecords: 1})
+	bar.show(drivesync.Progress{Step: "upload", Done: 1, Total: 1, Records: 1, TotalRecords: 1})
+	bar.done()
 	for i := range 4 {
 		bar.show(drivesync.Progress{Step: "download", Done: i, Total: 3, Bytes: int64(i), TotalBytes: 3})
 	}
@@ -160,6 +188,16 @@ func TestProgressLines(t *testing.T) {
 	bar.done()
 	bar.show(drivesync.Progress{Step: "download", Total: 1, TotalBytes: 10})
 	bar.show(drivesync.Progress{Step: "download", Done: 1, Total: 1, Bytes: 10, TotalBytes: 10})
+	bar.done()
+	want := "download 0 files\nupload 0/1 changes\nupload 1/1 changes\n" +
+		"download 0/3 files\ndownload 3/3 files\napply 0/200 changes\napply 200/200 changes\n" +
+		"download 0/1 files\ndownload 1/1 files\n"
+	if got := out.String(); got != want {
+		t.Fatalf("plain progress of a folder sync\n%s\nwant\n%s", got, want)
+	}
+
+	out.Reset()
+	bar = newProgressBar(&out, true)
 	bar.show(drivesync.Progress{Step: "download"})
 	for i := range 3 {
 		bar.show(drivesync.Progress{Step: "download", Records: 500 * (i + 1)})
@@ -168,10 +206,25 @@ func TestProgressLines(t *testing.T) {
 	bar.show(drivesync.Progress{Step: "upload", Total: 1, TotalRecords: 4})
 	bar.show(drivesync.Progress{Step: "upload", Done: 1, Total: 1, Records: 4, TotalRecords: 4})
 	bar.done()
-	want := "download 0/3 files\ndownload 3/3 files\napply 0/200 changes\napply 200/200 changes\n" +
-		"download 0/1 files\ndownload 1/1 files\ndownload 0 changes\ndownload 1500/1500 changes\nupload 0/4 changes\nupload 4/4 changes\n"
+	want = "download 0 changes\ndownload 1500/1500 changes\nupload 0/4 changes\nupload 4/4 changes\n"
 	if got := out.String(); got != want {
-		t.Fatalf("plain progress\n%s\nwant\n%s", got, want)
+		t.Fatalf("plain progress of a sync server's sync\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A folder sync with nothing new prints its download in files, as notes
+// runs it.
+func TestProgressLinesOfAnUpToDateFolder(t *testing.T) {
+	t.Setenv("NOTES_DB", "")
+	t.Setenv("NOTES_REMOTE", "")
+	a := cli{t, filepath.Join(t.TempDir(), "a.db"), []string{"-remote", t.TempDir()}}
+	a.run("sync")
+	out, progress, err := a.tryBoth("sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != "up to date" || progress != "download 0 files\n" {
+		t.Errorf("an up-to-date sync printed %q with progress %q, want up to date and \"download 0 files\"", out, progress)
 	}
 }
 
@@ -218,7 +271,7 @@ func TestWatch(t *testing.T) {
 	defer cancel()
 	var out syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- watch(ctx, &out, a.Engine, newProgressBar(&bytes.Buffer{}), options{}) }()
+	go func() { done <- watch(ctx, &out, a.Engine, newProgressBar(&bytes.Buffer{}, false), options{}) }()
 	time.Sleep(200 * time.Millisecond)
 	if _, err := a.Add(ctx, "watched"); err != nil {
 		t.Fatal(err)

@@ -80,11 +80,11 @@ func TestDriveErrors(t *testing.T) {
 		{"", []string{"-db", db, "-drive", "sync"}, "create an OAuth client of type Desktop app"},
 		{"", []string{"-db", db, "-drive", "status"}, "NOTES_GOOGLE_CREDENTIALS"},
 		{"", []string{"-db", db, "-drive", "signin"}, "create an OAuth client of type Desktop app"},
-		// $NOTES_REMOTE does not get in the way of -drive...
-		{t.TempDir(), []string{"-db", db, "-drive", "sync"}, "create an OAuth client of type Desktop app"},
-		// ...but -remote does.
-		{"", []string{"-db", db, "-drive", "-remote", t.TempDir(), "sync"}, "-drive and -remote are exclusive"},
-		{"", []string{"-remote", t.TempDir(), "-drive", "list"}, "-drive and -remote are exclusive"},
+		// -drive is one remote, -remote or $NOTES_REMOTE another (see
+		// TestTwoRemotesRefused).
+		{t.TempDir(), []string{"-db", db, "-drive", "sync"}, "unset NOTES_REMOTE"},
+		{"", []string{"-db", db, "-drive", "-remote", t.TempDir(), "sync"}, "to sync through Google Drive, leave out -remote"},
+		{"", []string{"-remote", t.TempDir(), "-drive", "list"}, "to sync through the folder, leave out -drive"},
 		{"", []string{"-db", db, "-drive", "-credentials", filepath.Join(t.TempDir(), "missing.json"), "sync"}, "no such file"},
 		{"", []string{"-db", db, "-drive", "-credentials", webClient, "sync"}, "notes needs one of type Desktop app"},
 		{"", []string{"-db", db, "-drive", "-credentials", notJSON, "sync"}, "is not the JSON of a Google OAuth client"},

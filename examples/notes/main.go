@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/oauth2"
 	_ "modernc.org/sqlite"
@@ -53,29 +54,32 @@ const usage = `usage: notes [-db PATH] [-remote DIR | -drive [-credentials JSON]
 notes demo            two devices syncing through a temp folder
 A note's ID may be given by its first characters, as the demo shows them.
 add, edit, delete, purge and list work without a remote.
--db defaults to $NOTES_DB or notes.db, -remote to $NOTES_REMOTE.
+-db defaults to $NOTES_DB or notes.db, -remote to $NOTES_REMOTE. Give
+one remote, -remote, -drive or -server: notes refuses two, whether from
+flags or variables.
 -passphrase (default $NOTES_PASSPHRASE) encrypts everything notes
 uploads; every device of the store needs the same passphrase.
 -drive syncs through your Google Drive instead of a folder. It needs the
 app's OAuth client of type Desktop app: -credentials JSON, default
 $NOTES_GOOGLE_CREDENTIALS (see the README, Google Drive). The first use
 opens your browser to sign in.
--server syncs through a drivesync-server (see the README, Sync server),
-signing in with -token (default $NOTES_TOKEN), in its store -store
-(default notes).
+-server (default $NOTES_SERVER) syncs through a drivesync-server (see
+the README, Sync server), signing in with -token (default $NOTES_TOKEN),
+in its store -store (default notes).
 `
 
 // options are the command line's settings.
 type options struct {
-	dbPath      string
-	remoteDir   string    // -remote: the shared folder
-	drive       bool      // -drive: Google Drive instead of a folder
-	credentials string    // -credentials: the OAuth client JSON, for -drive
-	server      string    // -server: a sync server's URL
-	token       string    // -token: the server's token for this user
-	store       string    // -store: the store's name on the server
-	passphrase  string    // -passphrase: encrypts what is uploaded
-	prompt      io.Writer // where sign-in talks to the user
+	dbPath         string
+	remoteDir      string    // -remote: the shared folder
+	drive          bool      // -drive: Google Drive instead of a folder
+	credentials    string    // -credentials: the OAuth client JSON, for -drive
+	server         string    // -server: a sync server's URL
+	token          string    // -token: the server's token for this user
+	store          string    // -store: the store's name on the server
+	passphrase     string    // -passphrase: encrypts what is uploaded
+	passphraseFrom string    // "-passphrase" or "$NOTES_PASSPHRASE", for messages
+	prompt         io.Writer // where sign-in talks to the user
 }
 
 func main() {
@@ -107,15 +111,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	// $NOTES_REMOTE is ignored with -drive; an explicit -remote is a mistake.
-	remoteFlag := false
-	flags.Visit(func(f *flag.Flag) { remoteFlag = remoteFlag || f.Name == "remote" })
-	if opts.drive && remoteFlag {
-		return errors.New("-drive and -remote are exclusive: sync through Google Drive or through a shared folder, not both")
+	if err := oneRemote(flags); err != nil {
+		return err
 	}
-	if opts.server != "" && (opts.drive || remoteFlag) {
-		return errors.New("-server syncs through a sync server: leave out -remote and -drive")
-	}
+	opts.passphraseFrom = "$NOTES_PASSPHRASE"
+	flags.Visit(func(f *flag.Flag) {
+		if f.Name == "passphrase" {
+			opts.passphraseFrom = "-passphrase"
+		}
+	})
 	if opts.server != "" && opts.token == "" {
 		return errors.New("-server needs -token (or $NOTES_TOKEN): a token from the server's tokens file")
 	}
@@ -161,7 +165,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		cfg.Remote = remote
 	}
-	bar := newProgressBar(stderr)
+	bar := newProgressBar(stderr, opts.server != "")
 	cfg.Progress = bar.show
 	a, err := notesapp.Open(ctx, opts.dbPath, cfg)
 	if err != nil {
@@ -197,7 +201,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return watch(ctx, stdout, a.Engine, bar, opts)
 	case "join":
 		if err := a.Engine.JoinRemote(ctx); err != nil {
-			return remoteHelp(opts, notesapp.Advice(err))
+			return advise(ctx, a.Engine, opts, err)
 		}
 		fmt.Fprintln(stdout, "joined the remote's store: the next sync merges it with this database")
 		return nil
@@ -214,11 +218,53 @@ func run(args []string, stdout, stderr io.Writer) error {
 	bar.done()
 	if err != nil {
 		// Only the error, and what to do: nothing "up to date" about it.
-		return remoteHelp(opts, notesapp.Advice(err))
+		return advise(ctx, a.Engine, opts, err)
 	}
 	printReport(stdout, r)
 	return nil
 }
+
+// advise returns a sync's error err as the user of notes can act on it:
+// in the terms of its flags and commands, where the library's message
+// speaks to the app's developer (Config fields, JoinRemote). The result
+// wraps err, for errors.Is.
+func advise(ctx context.Context, e *drivesync.Engine, opts options, err error) error {
+	switch {
+	case errors.Is(err, drivesync.ErrWrongKey) && opts.passphrase == "":
+		return &advised{"this store is encrypted: give its passphrase with -passphrase or $NOTES_PASSPHRASE. Nothing was received or sent", err}
+	case errors.Is(err, drivesync.ErrWrongKey):
+		drop := "leave out -passphrase"
+		if opts.passphraseFrom != "-passphrase" {
+			drop = "unset NOTES_PASSPHRASE"
+		}
+		return &advised{fmt.Sprintf("the passphrase of %s does not open this store: every device of a store uses the passphrase the store was started with, and a store started without one takes none. Nothing was received or sent. Give the store's passphrase, or if the store is not encrypted, %s", opts.passphraseFrom, drop), err}
+	case errors.Is(err, drivesync.ErrRemoteChanged) && opts.server != "":
+		// The server cannot tell a store it never held from one it
+		// deleted; the database knows where it last synced.
+		st, serr := e.Status(ctx)
+		switch {
+		case serr != nil:
+		case strings.HasPrefix(st.Remote, "folder:"):
+			dir := strings.TrimPrefix(st.Remote, "folder:")
+			return &advised{fmt.Sprintf("this database syncs through the folder %s (store %s), not through the sync server %s. Nothing was received or sent. Sync it through the folder with -remote %s, or run \"notes join\" to merge it into the server's store %q", dir, st.Store, opts.server, dir, opts.store), err}
+		case strings.HasPrefix(st.Remote, "drive:"):
+			return &advised{fmt.Sprintf("this database syncs through Google Drive (store %s), not through the sync server %s. Nothing was received or sent. Sync it through Google Drive with -drive, or run \"notes join\" to merge it into the server's store %q", st.Store, opts.server, opts.store), err}
+		}
+	}
+	if errors.Is(err, drivesync.ErrRemoteChanged) {
+		err = fmt.Errorf("%w\n(run \"notes join\" to merge with the remote's store, or \"notes fresh\" if the remote was emptied)", err)
+	}
+	return remoteHelp(opts, err)
+}
+
+// advised is an error that notes shows in its own words.
+type advised struct {
+	msg string
+	err error
+}
+
+func (a *advised) Error() string { return a.msg }
+func (a *advised) Unwrap() error { return a.err }
 
 // remoteHelp says what the user can do about the errors of the remote
 // they chose that only they can fix, keeping err for errors.Is and the
@@ -231,6 +277,50 @@ func remoteHelp(opts options, err error) error {
 		return fmt.Errorf("the sync server refused the token: check -token or $NOTES_TOKEN against your line in the server's tokens file (%w)", err)
 	}
 	return err
+}
+
+// oneRemote refuses two remotes: a database syncs through one, and a
+// setting left in the environment (the README's folder and server steps
+// in one shell) must not pick the remote behind the user's back. The
+// message names each setting as it was given, flag or variable, and how
+// to drop it.
+func oneRemote(flags *flag.FlagSet) error {
+	given := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	type setting struct{ shown, through, drop string }
+	var set []setting
+	for _, r := range []struct{ flag, env, through string }{
+		{"drive", "", "Google Drive"},
+		{"remote", "NOTES_REMOTE", "the folder"},
+		{"server", "NOTES_SERVER", "the sync server"},
+	} {
+		v := flags.Lookup(r.flag).Value.String()
+		switch {
+		case r.flag == "drive" && v == "true":
+			set = append(set, setting{"-drive", r.through, "leave out -drive"})
+		case r.flag == "drive" || v == "":
+		case given[r.flag]:
+			set = append(set, setting{"-" + r.flag + " " + v, r.through, "leave out -" + r.flag})
+		default:
+			set = append(set, setting{"$" + r.env + "=" + v, r.through, "unset " + r.env})
+		}
+	}
+	if len(set) < 2 {
+		return nil
+	}
+	var shown, ways []string
+	for i, s := range set {
+		shown = append(shown, s.shown)
+		var drops []string
+		for j, o := range set {
+			if j != i {
+				drops = append(drops, o.drop)
+			}
+		}
+		ways = append(ways, fmt.Sprintf("to sync through %s, %s", s.through, strings.Join(drops, " and ")))
+	}
+	return fmt.Errorf("%s and %s each choose a remote, and a database syncs through one: %s",
+		strings.Join(shown[:len(shown)-1], ", "), shown[len(shown)-1], strings.Join(ways, "; "))
 }
 
 func envOr(key, def string) string {

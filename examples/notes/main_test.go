@@ -277,3 +277,105 @@ func TestServerRefusesToken(t *testing.T) {
 		}
 	}
 }
+
+// Two remotes given, by flags or the environment (the README's folder and
+// server steps in one shell export both), are refused before anything is
+// opened: the message names each setting as it was given and how to drop
+// it, never a flag the user did not pass.
+func TestTwoRemotesRefused(t *testing.T) {
+	isolate(t)
+	dir, folder := t.TempDir(), t.TempDir()
+	const server = "http://127.0.0.1:1"
+	for _, tc := range []struct {
+		name        string
+		env         map[string]string
+		args        []string
+		want, never []string
+	}{
+		{"both from the environment", map[string]string{"NOTES_REMOTE": folder, "NOTES_SERVER": server, "NOTES_TOKEN": "alice-token-0123456789"}, []string{"sync"},
+			[]string{"$NOTES_REMOTE=" + folder, "$NOTES_SERVER=" + server, "unset NOTES_SERVER", "unset NOTES_REMOTE"}, []string{"-server", "-remote"}},
+		{"a local command too", map[string]string{"NOTES_REMOTE": folder, "NOTES_SERVER": server}, []string{"add", "x"},
+			[]string{"$NOTES_REMOTE=" + folder, "$NOTES_SERVER=" + server}, nil},
+		{"-remote and $NOTES_SERVER", map[string]string{"NOTES_SERVER": server, "NOTES_TOKEN": "alice-token-0123456789"}, []string{"-remote", folder, "sync"},
+			[]string{"-remote " + folder, "$NOTES_SERVER=" + server, "unset NOTES_SERVER", "leave out -remote"}, []string{"-server"}},
+		{"-server and $NOTES_REMOTE", map[string]string{"NOTES_REMOTE": folder}, []string{"-server", server, "-token", "alice-token-0123456789", "sync"},
+			[]string{"-server " + server, "$NOTES_REMOTE=" + folder, "unset NOTES_REMOTE", "leave out -server"}, []string{"-remote "}},
+		{"-server and -remote", nil, []string{"-server", server, "-remote", folder, "sync"},
+			[]string{"-server " + server, "-remote " + folder, "leave out -server", "leave out -remote"}, []string{"$NOTES"}},
+		{"-drive and $NOTES_REMOTE", map[string]string{"NOTES_REMOTE": folder}, []string{"-drive", "sync"},
+			[]string{"-drive", "$NOTES_REMOTE=" + folder, "unset NOTES_REMOTE", "leave out -drive"}, nil},
+		{"all three", map[string]string{"NOTES_SERVER": server}, []string{"-drive", "-remote", folder, "status"},
+			[]string{"-drive", "-remote " + folder, "$NOTES_SERVER=" + server, "leave out -remote and unset NOTES_SERVER"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, v := range []string{"NOTES_REMOTE", "NOTES_SERVER", "NOTES_TOKEN"} {
+				t.Setenv(v, tc.env[v])
+			}
+			db := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".db")
+			msg := cli{t, db, nil}.fail(tc.args...)
+			msg, _, _ = strings.Cut(msg, "\nstderr:")
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q lacks %q", msg, w)
+				}
+			}
+			for _, w := range tc.never {
+				if strings.Contains(msg, w) {
+					t.Errorf("message %q names %q, which was not given", msg, w)
+				}
+			}
+			if _, err := os.Stat(db); err == nil {
+				t.Errorf("the refused command created %s", db)
+			}
+		})
+	}
+}
+
+// A database that syncs through a folder, pointed at a sync server, is
+// told that it syncs elsewhere, not that its store was deleted, and how
+// to sync it where it belongs or merge it into the server's store.
+func TestFolderDatabaseOnServer(t *testing.T) {
+	const token = "alice-token-0123456789"
+	srv := startServer(t, map[string]string{token: "alice"})
+	dir, folder := t.TempDir(), t.TempDir()
+	work := cli{t, filepath.Join(dir, "work.db"), []string{"-server", srv.URL, "-token", token}}
+	work.run("add", "on the server")
+	work.run("sync")
+	laptop := cli{t, filepath.Join(dir, "laptop.db"), []string{"-remote", folder}}
+	laptop.run("add", "in the folder")
+	laptop.run("sync")
+	laptop.flags = work.flags
+	msg := laptop.fail("sync")
+	if strings.Contains(msg, "deleted") || !strings.Contains(msg, "syncs through the folder "+folder) || !strings.Contains(msg, "-remote "+folder) || !strings.Contains(msg, "notes join") {
+		t.Errorf("a folder's database on a server: %s\nwant it to name the folder it syncs through, -remote, notes join, and nothing deleted", msg)
+	}
+	// join merges it into the server's store.
+	laptop.run("join")
+	laptop.run("sync")
+	if list := laptop.run("list"); !strings.Contains(list, "on the server") || !strings.Contains(list, "in the folder") {
+		t.Errorf("after the join: %q", list)
+	}
+}
+
+// A database of the server's store "notes" pointed at a store name never
+// used hears that it syncs with "notes", not that "notes"'s id no longer
+// exists under the other name.
+func TestServerStoreOfAnotherName(t *testing.T) {
+	const token = "alice-token-0123456789"
+	srv := startServer(t, map[string]string{token: "alice"})
+	a := cli{t, filepath.Join(t.TempDir(), "a.db"), []string{"-server", srv.URL, "-token", token}}
+	a.run("add", "in notes")
+	a.run("sync")
+	for _, other := range []string{"other", "taken"} {
+		if other == "taken" {
+			b := cli{t, filepath.Join(t.TempDir(), "b.db"), []string{"-server", srv.URL, "-token", token, "-store", "taken"}}
+			b.run("add", "in taken")
+			b.run("sync")
+		}
+		a.flags = []string{"-server", srv.URL, "-token", token, "-store", other}
+		msg := a.fail("sync")
+		if strings.Contains(msg, "no longer exists") || strings.Contains(msg, "deleted") || !strings.Contains(msg, `"notes"`) || !strings.Contains(msg, `"`+other+`"`) {
+			t.Errorf("-store %s: %s\nwant it to name both stores, and nothing deleted", other, msg)
+		}
+	}
+}

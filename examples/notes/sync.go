@@ -20,18 +20,21 @@ import (
 // in place, and elsewhere as plain lines ("download 3/12 files"), the
 // first and the last of each step.
 type progressBar struct {
-	mu    sync.Mutex
-	w     io.Writer
-	tty   bool
-	drawn bool               // a bar is on the terminal's last line
-	shown drivesync.Progress // the latest update
-	held  string             // the step's latest plain line, printed when it ends
-	last  string             // the last plain line printed, not to repeat it
+	mu     sync.Mutex
+	w      io.Writer
+	tty    bool
+	server bool               // syncing through a sync server: its download pulls changes, not files
+	drawn  bool               // a bar is on the terminal's last line
+	shown  drivesync.Progress // the latest update
+	held   string             // the step's latest plain line, printed when it ends
+	last   string             // the last plain line printed, not to repeat it
 }
 
-func newProgressBar(w io.Writer) *progressBar {
+// newProgressBar returns a bar writing to w; server says the sync goes
+// through a sync server.
+func newProgressBar(w io.Writer, server bool) *progressBar {
 	f, ok := w.(*os.File)
-	return &progressBar{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+	return &progressBar{w: w, tty: ok && term.IsTerminal(int(f.Fd())), server: server}
 }
 
 // show is a Config.Progress.
@@ -47,7 +50,7 @@ func (b *progressBar) show(p drivesync.Progress) {
 		// Which update is a step's last shows only when the next step
 		// starts, or the sync ends (done). A step may start again from
 		// 0 (a snapshot's download, then the files').
-		line := p.Step + " " + counts(p)
+		line := p.Step + " " + b.counts(p)
 		moved := func(p drivesync.Progress) bool { return p.Done > 0 || p.Bytes > 0 || p.Records > 0 }
 		if p.Step == prev.Step && (moved(p) || !moved(prev)) {
 			b.held = line
@@ -69,7 +72,7 @@ func (b *progressBar) show(p drivesync.Progress) {
 	frac = min(max(frac, 0), 1)
 	const width = 30
 	n := int(frac * width)
-	detail := counts(p)
+	detail := b.counts(p)
 	if p.TotalBytes > 0 {
 		detail += fmt.Sprintf(", %s of %s", size(p.Bytes), size(p.TotalBytes))
 	}
@@ -79,16 +82,19 @@ func (b *progressBar) show(p drivesync.Progress) {
 
 // counts says how far a step has come: the changes, when it knows how
 // many it moves (an apply, an upload, a sync server's pull at its end),
-// else the files (a download of files), else the changes so far (a sync
-// server's pull, whose total only its last page tells).
-func counts(p drivesync.Progress) string {
+// else the files (a download of files, of none when nothing is new),
+// else the changes so far (a sync server's pull, whose total only its
+// last page tells).
+func (b *progressBar) counts(p drivesync.Progress) string {
 	switch {
 	case p.TotalRecords > 0:
 		return fmt.Sprintf("%d/%d changes", p.Records, p.TotalRecords)
 	case p.Total > 0:
 		return fmt.Sprintf("%d/%d files", p.Done, p.Total)
+	case b.server && p.Step == "download" || p.Records > 0:
+		return fmt.Sprintf("%d changes", p.Records)
 	}
-	return fmt.Sprintf("%d changes", p.Records)
+	return fmt.Sprintf("%d files", p.Done)
 }
 
 // flush prints the held line of the step shown: its last update.
@@ -254,7 +260,7 @@ func watch(ctx context.Context, w io.Writer, e *drivesync.Engine, bar *progressB
 			bar.done()
 			stamp := time.Now().Format("15:04:05")
 			if err != nil {
-				fmt.Fprintf(w, "%s  sync failed: %v\n", stamp, remoteHelp(opts, notesapp.Advice(err)))
+				fmt.Fprintf(w, "%s  sync failed: %v\n", stamp, advise(ctx, e, opts, err))
 				return
 			}
 			fmt.Fprintf(w, "%s  %s\n", stamp, notesapp.Summary(r))

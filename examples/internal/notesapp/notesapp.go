@@ -391,17 +391,3 @@ func Plural(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
-
-// Advice returns err with what the user can do about it, for the errors a
-// sync commonly meets.
-func Advice(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, drivesync.ErrRemoteChanged):
-		return fmt.Errorf("%w\n(run \"notes join\" to merge with the remote's store, or \"notes fresh\" if the remote was emptied)", err)
-	case errors.Is(err, drivesync.ErrWrongKey):
-		return fmt.Errorf("%w\n(pass the store's passphrase with -passphrase or $NOTES_PASSPHRASE)", err)
-	}
-	return err
-}
