@@ -121,6 +121,7 @@ func (s *applier) flushFresh(ctx context.Context) error {
 		case r.own:
 			err = s.freshOwnRow(ctx, r.c)
 		default:
+			s.arrived.created(r.c)
 			t := s.e.tables[r.c.table]
 			err = s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed))
 		}
