@@ -49,6 +49,9 @@ type applier struct {
 	// counted.
 	received     int
 	lastReceived recordKey
+	// arrived are the other devices' writes merged so far, which the
+	// conflict log tells from values this device showed.
+	arrived *arrivals
 }
 
 type recordKey struct{ table, record string }
@@ -62,7 +65,8 @@ func (s *syncRun) commit(ctx context.Context, l *listing, f *fetched, p *plan) e
 	if err := beginImmediate(ctx, s.conn); err != nil {
 		return &Error{Op: "apply", Err: err}
 	}
-	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{}}
+	a := &applier{syncRun: s, l: l, f: f, p: p, pending: map[recordKey]pendingEdit{}, rows: map[recordKey]error{}, revived: map[recordKey]string{},
+		arrived: newArrivals(s.e.deviceID, p.base, max(f.maxSeen, p.base))}
 	err := a.apply(ctx)
 	if err == nil {
 		err = s.hook("applied")
@@ -404,7 +408,7 @@ func (s *applier) freshReceived(c fileChange) (newState, bool) {
 
 // applyReceivedOne is applyReceived, one change at a time.
 func (s *applier) applyReceivedOne(ctx context.Context, c fileChange) error {
-	st, before, err := s.mergeIntoState(ctx, c, c.device)
+	st, before, err := s.mergeIntoState(ctx, c, c.device, s.arrived)
 	if err != nil {
 		return err
 	}
@@ -1171,14 +1175,6 @@ func (s *syncRun) loadState(ctx context.Context, table, record string) (*recordS
 	return st, nil
 }
 
-// mergeChange applies c, stamped by device, to st and stores the result.
-func (s *syncRun) mergeChange(ctx context.Context, st *recordState, c fileChange, device string) error {
-	if err := applyChange(st.node, c, device); err != nil {
-		return err
-	}
-	return s.storeState(ctx, st, c)
-}
-
 // storeState stores st, the state of c's record, if it changed.
 func (s *syncRun) storeState(ctx context.Context, st *recordState, c fileChange) error {
 	data, clock := merge.EncodeState(st.node)
@@ -1200,41 +1196,69 @@ ON CONFLICT (table_name, record_id) DO UPDATE SET record_data = excluded.record_
 
 // mergeIntoState merges c, written by device, into the record's stored
 // state and returns it with the content it had before (nil if none).
-func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device string) (st *recordState, before *jsonv.Value, err error) {
+// arrived keeps what a change of another device brings (see arrivals);
+// it is nil for this device's own.
+func (s *syncRun) mergeIntoState(ctx context.Context, c fileChange, device string, arrived *arrivals) (st *recordState, before *jsonv.Value, err error) {
 	if st, err = s.createState(ctx, c, device); err != nil || st != nil {
+		if st != nil {
+			arrived.created(c)
+		}
 		return st, nil, err
 	}
 	if st, err = s.loadState(ctx, c.table, c.record); err != nil {
 		return nil, nil, err
 	}
 	before = st.data
+	if c.clock != nil {
+		return st, before, s.mergeState(ctx, st, c, arrived)
+	}
 	// Another device's write over values it had not seen: the conflict
 	// log keeps those it overwrites. The patch is parsed once for both.
-	if c.clock == nil && !c.deleted && c.seen != nil && device != s.e.deviceID && st.node.Exists() {
-		if seen := parseSeen(c.seen); seen != nil {
-			p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
-			if err != nil {
-				return nil, nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-			}
-			cands := overwrites(st.node, p, seen, merge.Stamp{Version: c.version, Device: device})
-			applyWrite(st.node, c, device, p)
-			if err := s.storeState(ctx, st, c); err != nil {
-				return nil, nil, err
-			}
-			return st, before, s.logConflicts(ctx, c, st.node, cands)
+	var cands []overwritten
+	var seen map[string]merge.Stamp
+	at := merge.Stamp{Version: c.version, Device: device}
+	if !c.deleted && c.seen != nil && device != s.e.deviceID && st.node.Exists() {
+		seen = parseSeen(c.seen)
+	}
+	if seen != nil {
+		p, err := jsonv.ParseObject(c.patch, jsonv.Options{KeepNulls: true})
+		if err != nil {
+			return nil, nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
 		}
+		cands = overwrites(st.node, p, seen, at, arrived)
+		applyWrite(st.node, c, device, p)
+	} else if err := applyChange(st.node, c, device); err != nil {
+		return nil, nil, err
+	}
+	if err := s.storeState(ctx, st, c); err != nil {
+		return nil, nil, err
+	}
+	if st.changed {
+		arrived.addWrite(at) // a write applied again changes nothing
+	}
+	return st, before, s.logConflicts(ctx, c, st.node, cands)
+}
+
+// mergeState merges c, a record's state from a state file or a sync
+// server, into st, the record's stored state, and stores it.
+func (s *syncRun) mergeState(ctx context.Context, st *recordState, c fileChange, arrived *arrivals) error {
+	o, err := changeState(c)
+	if err != nil {
+		return err
 	}
 	// A sync server's state, with what its writes had seen.
-	if c.clock != nil && c.seen != nil && st.node.Exists() {
+	var cands []overwritten
+	if c.seen != nil && st.node.Exists() {
 		if entries := merge.ParseStateSeen(c.seen); entries != nil {
-			cands := s.stateOverwrites(st.node, entries)
-			if err := s.mergeChange(ctx, st, c, device); err != nil {
-				return nil, nil, err
-			}
-			return st, before, s.logConflicts(ctx, c, st.node, cands)
+			cands = s.stateOverwrites(st.node, entries, arrived)
 		}
 	}
-	return st, before, s.mergeChange(ctx, st, c, device)
+	arrived.placedBy(c, st.node, o)
+	st.node.Merge(o)
+	if err := s.storeState(ctx, st, c); err != nil {
+		return err
+	}
+	return s.logConflicts(ctx, c, st.node, cands)
 }
 
 // createState stores the state c alone gives, if the record has none

@@ -1,11 +1,13 @@
 package drivesync
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
@@ -32,6 +34,14 @@ import (
 // device checks the same way. A record a device gets through a snapshot
 // or a merge file carries no such list, and is merged without a log
 // entry.
+//
+// The loser must also be a value this device showed: one its synced state
+// held before this sync (its app's rows showed that), or one its app
+// wrote. One sync applies every file it receives in one transaction, so a
+// value that reached the device in the sync and was overwritten within it
+// (a device new to the store applies A's write and then B's concurrent
+// write over it) never reached the app's rows: that conflict is the
+// devices' that showed it. arrivals tells the two apart.
 
 // MaxConflicts bounds the conflict log: past it, the oldest entries are
 // dropped first.
@@ -42,8 +52,9 @@ const MaxConflicts = 1000
 // write's patch.
 const maxSeen = 32 << 10
 
-// A Conflict is a value that a concurrent write from another device
-// overwrote on this device, kept in the conflict log (sync_conflicts).
+// A Conflict is a value this device showed (its synced state held it
+// before the sync, or its app wrote it) that a concurrent write from
+// another device overwrote, kept in the conflict log (sync_conflicts).
 type Conflict struct {
 	ID int64
 	// Record is the record's id as the engine names it, which
@@ -166,9 +177,10 @@ type overwritten struct {
 }
 
 // overwrites returns the values of state n, a record shown on this device,
-// at the paths patch writes, that its writer had not seen (see seen): the
-// candidates for the conflict log, before the write is merged.
-func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, at merge.Stamp) []overwritten {
+// at the paths patch writes, that its writer had not seen (see seen) and
+// that this device showed (see arrivals): the candidates for the conflict
+// log, before the write is merged.
+func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, at merge.Stamp, arrived *arrivals) []overwritten {
 	var out []overwritten
 	var walk func(n *merge.Node, patch jsonv.Value, path []string)
 	walk = func(n *merge.Node, patch jsonv.Value, path []string) {
@@ -182,8 +194,8 @@ func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, a
 				walk(c, m.Value, p)
 				continue
 			}
-			if c.Stamp.Device == at.Device || !seen[merge.PathKey(p)].Less(c.Stamp) {
-				continue // its writer's own value, or one it had seen
+			if c.Stamp.Device == at.Device || !seen[merge.PathKey(p)].Less(c.Stamp) || !arrived.shown(c.Stamp) {
+				continue // its writer's own value, one it had seen, or one this device never showed
 			}
 			v := jsonv.Value{Leaf: c.Leaf}
 			if c.Kind == merge.ObjectNode {
@@ -198,21 +210,167 @@ func overwrites(n *merge.Node, patch jsonv.Value, seen map[string]merge.Stamp, a
 
 // stateOverwrites returns the values of state n, a record shown on this
 // device, at the paths the writes listed in entries set, that those
-// writes had not seen: the candidates for the conflict log, before the
-// server's state is merged. Each comes with its writer's stamp.
-func (s *syncRun) stateOverwrites(n *merge.Node, entries []merge.SeenEntry) []overwritten {
+// writes had not seen and this device showed: the candidates for the
+// conflict log, before the server's state is merged. Each comes with its
+// writer's stamp.
+func (s *syncRun) stateOverwrites(n *merge.Node, entries []merge.SeenEntry, arrived *arrivals) []overwritten {
 	var out []overwritten
 	for _, e := range entries {
 		if e.Writer.Device == s.e.deviceID {
 			continue // this device's own write, back from the server
 		}
 		v, at, held := valueAt(n, e.Path)
-		if !held || at.Device == e.Writer.Device || at == e.Writer || !e.Seen.Less(at) {
-			continue // nothing to lose, its writer's own value, or one it had seen
+		if !held || at.Device == e.Writer.Device || at == e.Writer || !e.Seen.Less(at) || !arrived.shown(at) {
+			continue // nothing to lose, its writer's own value, one it had seen, or one this device never showed
 		}
 		out = append(out, overwritten{path: e.Path, value: v, stamp: at, by: e.Writer})
 	}
 	return out
+}
+
+// arrivals are the writes of other devices that a sync's commit has
+// merged so far, as far as the conflict log needs them: it tells the
+// values this device showed from those that reached it in this sync.
+//
+// Lamport versions do most of it: a value stamped above every version
+// this device had seen or reserved when the sync began (before) reached
+// it in this sync, unless this device's app wrote it (its own writes of
+// this sync are stamped above own). A value stamped at or below before
+// may have reached it in this sync too: a write another device made
+// before it heard of this device's newest writes (it was offline, or its
+// upload waited). Only those "late" writes are kept. A patch file's
+// writes of one device have consecutive versions, so they are kept by
+// device as runs of versions, about a run per file. A state (a snapshot's
+// or a merge file's record, or the server's) keeps the late writes it
+// places, one by one; its oldest version says whether it holds any, so
+// that a state with none costs nothing, and a new device keeps nothing.
+//
+// A stamp names one write (see merge.Stamp), so a value whose stamp is
+// kept reached the device in this sync. A write applied again (a file
+// the ledger had forgotten) changes nothing and is not kept.
+type arrivals struct {
+	self        string // this device's id
+	before, own int64
+	runs        map[string][]versionRun // patch writes by device: sorted, disjoint, not adjacent
+	placed      map[merge.Stamp]bool    // writes that states placed
+}
+
+// A versionRun is the versions first to last.
+type versionRun struct{ first, last int64 }
+
+// newArrivals returns the arrivals of a sync of device self that began
+// with before the largest version it had seen or reserved, and that
+// stamped its own changes above own.
+func newArrivals(self string, before, own int64) *arrivals {
+	return &arrivals{self: self, before: before, own: own, runs: map[string][]versionRun{}, placed: map[merge.Stamp]bool{}}
+}
+
+// shown reports whether this device showed the value stamped at: its
+// synced state held it before this sync, or its app wrote it. A nil
+// arrivals takes every value as shown.
+func (a *arrivals) shown(at merge.Stamp) bool {
+	switch {
+	case a == nil:
+		return true
+	case at.Device == a.self && at.Version > a.own:
+		return true // written by this device's app, sent in this sync
+	case at.Version > a.before:
+		return false
+	}
+	return !a.has(at)
+}
+
+// has reports whether the write stamped at is kept.
+func (a *arrivals) has(at merge.Stamp) bool {
+	if a.placed[at] {
+		return true
+	}
+	runs := a.runs[at.Device]
+	i, _ := slices.BinarySearchFunc(runs, at.Version, func(r versionRun, v int64) int { return cmp.Compare(r.last, v) })
+	return i < len(runs) && runs[i].first <= at.Version
+}
+
+// late reports whether the write stamped at must be kept to be told
+// apart: zero stamps, and those above before, need no keeping.
+func (a *arrivals) late(at merge.Stamp) bool {
+	return !at.IsZero() && at.Version <= a.before
+}
+
+// addWrite keeps the write of a patch file stamped at, which reached this
+// device in this sync. A device's writes mostly come in the order of
+// their versions: a run grows at its end.
+func (a *arrivals) addWrite(at merge.Stamp) {
+	if a == nil || !a.late(at) {
+		return
+	}
+	v := at.Version
+	runs := a.runs[at.Device]
+	// The first run that holds v or ends right below it.
+	i, _ := slices.BinarySearchFunc(runs, v-1, func(r versionRun, v int64) int { return cmp.Compare(r.last, v) })
+	switch {
+	case i == len(runs) || runs[i].first > v+1:
+		runs = slices.Insert(runs, i, versionRun{v, v})
+	case runs[i].first == v+1:
+		runs[i].first = v
+	case runs[i].last == v-1:
+		runs[i].last = v
+		if i+1 < len(runs) && runs[i+1].first == v+1 {
+			runs[i].last = runs[i+1].last
+			runs = slices.Delete(runs, i+1, i+2)
+		}
+	}
+	a.runs[at.Device] = runs
+}
+
+// addPlaced keeps the write stamped at, which a state placed.
+func (a *arrivals) addPlaced(at merge.Stamp) {
+	if a.late(at) {
+		a.placed[at] = true
+	}
+}
+
+// created keeps the writes of c, a received change that gave its record
+// its first state: all it holds reached this device in this sync.
+func (a *arrivals) created(c fileChange) {
+	switch {
+	case a == nil:
+	case c.clock == nil:
+		a.addWrite(merge.Stamp{Version: c.version, Device: c.device})
+	case c.oldest > a.before:
+		// No write of it is late.
+	default:
+		if at, ok := merge.ParseFreshClock(c.clock); ok {
+			a.addPlaced(at) // one write
+		} else {
+			merge.ClockStamps(c.clock, a.addPlaced) // validated when fetched
+		}
+	}
+}
+
+// placedBy keeps the writes of c's state o, received, that it places in
+// n, the record's state it is about to be merged into: those newer than
+// what n holds where o holds them. The rest of o (a server's state holds
+// the whole record) n held already, or loses to what n holds: a stamp
+// this device showed at one path must not be kept because o holds it,
+// stale, at another.
+func (a *arrivals) placedBy(c fileChange, n, o *merge.Node) {
+	if a == nil || c.oldest > a.before {
+		return // no write of it is late
+	}
+	var walk func(n, o *merge.Node)
+	walk = func(n, o *merge.Node) {
+		if n == nil || n.Stamp.Less(o.Stamp) {
+			a.addPlaced(o.Stamp)
+		}
+		for _, k := range o.Kids {
+			var nk *merge.Node
+			if n != nil {
+				nk = n.Child(k.Key, false)
+			}
+			walk(nk, k.Node)
+		}
+	}
+	walk(n, o)
 }
 
 // valueAt returns n's value at path, and whether it holds one.

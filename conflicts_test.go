@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/drivesync/drivesync/internal/jsonv"
+	"github.com/drivesync/drivesync/internal/merge"
 )
 
 func (d *device) conflicts() []Conflict {
@@ -473,5 +474,121 @@ func TestDecodeColumnValueRefuses(t *testing.T) {
 	}
 	if got, err := DecodeColumnValues(json.RawMessage(`"x"`)); err == nil {
 		t.Errorf("DecodeColumnValues of a string = %#v, want an error", got)
+	}
+}
+
+// arrivals keep versions as sorted, disjoint runs that are not adjacent,
+// whatever the order they come in, and tell each kept one, only those, at
+// or below before.
+func TestArrivalsKeepRuns(t *testing.T) {
+	for _, order := range [][]int64{
+		{1, 2, 3, 7, 9, 8, 20, 5},
+		{20, 9, 8, 7, 5, 3, 2, 1},
+		{5, 1, 3, 2, 9, 7, 8, 20, 3, 8},
+		{8, 20, 1, 7, 3, 5, 9, 2},
+	} {
+		a := newArrivals("me", 20, 30)
+		for _, v := range order {
+			a.addWrite(merge.Stamp{Version: v, Device: "x"})
+		}
+		a.addWrite(merge.Stamp{Version: 21, Device: "x"}) // above before: told by its version
+		a.addWrite(merge.Stamp{Version: 4, Device: "y"})
+		want := []versionRun{{1, 3}, {5, 5}, {7, 9}, {20, 20}}
+		if got := a.runs["x"]; !slices.Equal(got, want) {
+			t.Errorf("added %v: runs %v, want %v", order, got, want)
+		}
+		for v := range int64(23) {
+			if got, want := a.has(merge.Stamp{Version: v, Device: "x"}), slices.Contains(order, v); got != want {
+				t.Errorf("added %v: has(%d) = %v, want %v", order, v, got, want)
+			}
+		}
+		if a.has(merge.Stamp{Version: 5, Device: "y"}) || !a.has(merge.Stamp{Version: 4, Device: "y"}) {
+			t.Errorf("device y's versions: %v", a.runs["y"])
+		}
+	}
+}
+
+// A value is shown unless it reached the device in this sync: stamped
+// above before, or kept. This device's own writes of this sync (above
+// own) were its app's.
+func TestArrivalsShown(t *testing.T) {
+	a := newArrivals("me", 10, 15)
+	a.addWrite(merge.Stamp{Version: 4, Device: "x"})
+	for _, tc := range []struct {
+		at   merge.Stamp
+		want bool
+	}{
+		{merge.Stamp{Version: 3, Device: "x"}, true},
+		{merge.Stamp{Version: 4, Device: "x"}, false},
+		{merge.Stamp{Version: 4, Device: "y"}, true},
+		{merge.Stamp{Version: 10, Device: "y"}, true},
+		{merge.Stamp{Version: 11, Device: "y"}, false},
+		{merge.Stamp{Version: 9, Device: "me"}, true},
+		{merge.Stamp{Version: 12, Device: "me"}, false}, // another database under this id
+		{merge.Stamp{Version: 16, Device: "me"}, true},
+	} {
+		if got := a.shown(tc.at); got != tc.want {
+			t.Errorf("shown(%v) = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+	if !(*arrivals)(nil).shown(merge.Stamp{Version: 99, Device: "x"}) {
+		t.Error("nil arrivals: a value is not shown")
+	}
+}
+
+// A received state keeps, when it creates its record, every write it
+// holds at or below before; merged into a record, those newer than what
+// the record held where the state holds them. A new device keeps none,
+// nor does a state whose oldest write is above before.
+func TestArrivalsOfStates(t *testing.T) {
+	type write struct {
+		version int64
+		patch   string
+	}
+	state := func(writes ...write) *merge.Node {
+		n := &merge.Node{}
+		for _, w := range writes {
+			p, err := jsonv.ParseObject([]byte(w.patch), jsonv.Options{KeepNulls: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.ApplyPatch(p, merge.Stamp{Version: w.version, Device: "x"})
+		}
+		return n
+	}
+	// The record held writes 2 and 5; the state holds 2, 4 (stale at a,
+	// where the record holds 5), 6 and 8.
+	held := state(write{2, `{"a":1,"b":1,"c":1}`}, write{5, `{"a":3}`})
+	o := state(write{2, `{"a":1,"b":1,"c":1}`}, write{4, `{"a":2}`}, write{6, `{"m":{"k":1}}`}, write{8, `{"b":null}`})
+	data, clock := merge.EncodeState(o)
+	c := fileChange{table: "notes", record: "r", patch: []byte(data), clock: []byte(clock), version: 8, device: "x", oldest: o.Oldest()}
+	if c.oldest != 2 {
+		t.Fatalf("Oldest() = %d, want 2", c.oldest)
+	}
+	kept := func(a *arrivals) (out []int64) {
+		for v := range int64(10) {
+			if a.has(merge.Stamp{Version: v, Device: "x"}) {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	a := newArrivals("me", 6, 6)
+	a.created(c)
+	if got, want := kept(a), []int64{2, 4, 6}; !slices.Equal(got, want) {
+		t.Errorf("created: kept %v, want %v", got, want)
+	}
+	a = newArrivals("me", 6, 6)
+	a.placedBy(c, held, o)
+	if got, want := kept(a), []int64{6}; !slices.Equal(got, want) {
+		t.Errorf("placed: kept %v, want %v", got, want)
+	}
+	for _, before := range []int64{0, 1} { // a new device; no write late
+		a = newArrivals("me", before, before)
+		a.created(c)
+		a.placedBy(c, held, o)
+		if len(a.runs)+len(a.placed) != 0 {
+			t.Errorf("before %d: kept %v %v", before, a.runs, a.placed)
+		}
 	}
 }

@@ -78,8 +78,9 @@
 //     field in content) is an ordinary edit.
 //
 // What a concurrent write overwrote is kept in the conflict log
-// (Engine.Conflicts), on the side that lost; ResolveConflict brings it
-// back (KeepLoser) or dismisses it (KeepWinner). For an ordinary table,
+// (Engine.Conflicts) on each device that showed it: the side that lost,
+// not a device that received both writes in one sync. ResolveConflict
+// brings it back (KeepLoser) or dismisses it (KeepWinner). For an ordinary table,
 // Conflict.Key is the row's key as Go values and DecodeColumnValue reads
 // the two values, which the log keeps as typed JSON.
 //

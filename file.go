@@ -522,6 +522,9 @@ type fileChange struct {
 	base []byte
 	// seen, for a write: its "seen" list (nil: unknown; see conflicts.go).
 	seen []byte
+	// oldest, for a state file's record: the lowest version its clock
+	// holds (see arrivals).
+	oldest int64
 	// parsed is what writing an ordinary row takes from patch, when a
 	// spool replay worked it out ahead (see Engine.parseAhead); nil
 	// otherwise. Never spooled.
@@ -763,6 +766,7 @@ func (s *spool) add(c fileChange) error {
 		b = binary.AppendUvarint(b, uint64(len(opt))+1)
 		b = append(b, opt...)
 	}
+	b = binary.AppendUvarint(b, uint64(c.oldest))
 	s.buf = b
 	s.n++
 	if c.deleted {
@@ -853,6 +857,10 @@ func (s *spoolReader) change() (c fileChange, err error) {
 			return c, err
 		}
 	}
+	if v, err = binary.ReadUvarint(s.r); err != nil {
+		return c, err
+	}
+	c.oldest = int64(v)
 	return c, nil
 }
 

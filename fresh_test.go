@@ -114,7 +114,7 @@ func TestFreshStateEntry(t *testing.T) {
 		if wantErr == nil {
 			data, clock := merge.EncodeState(n)
 			want = fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
-				deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device}
+				deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device, oldest: n.Oldest()}
 		}
 		if (gotErr == nil) != (wantErr == nil) {
 			t.Fatalf("state %s clock %s deleted %v: error %v, the long way %v", e.State, e.Clock, e.Deleted, gotErr, wantErr)

@@ -122,6 +122,7 @@ func (s *applier) flushFresh(ctx context.Context) error {
 			err = s.freshOwnRow(ctx, r.c)
 		default:
 			s.countReceived(r.c) // a new record
+			s.arrived.created(r.c)
 			t := s.e.tables[r.c.table]
 			err = s.rowResult(ctx, t, r.c.record, t.writeParsed(ctx, s, r.c.record, string(r.c.patch), r.c.parsed))
 		}

@@ -310,7 +310,7 @@ func (s *syncRun) adoptOutbox(ctx context.Context, name string, ledger bool) err
 			return cmp.Or(err, errOutboxTaken)
 		}
 		err = sp.each(func(c fileChange) error {
-			_, _, err := s.mergeIntoState(ctx, c, e.deviceID)
+			_, _, err := s.mergeIntoState(ctx, c, e.deviceID, nil)
 			return err
 		})
 		if err != nil {

@@ -9,13 +9,9 @@ import (
 // file, into the record's state n.
 func applyChange(n *merge.Node, c fileChange, device string) error {
 	if c.clock != nil { // a state file's record: merge its state
-		content, err := jsonv.ParseObject(c.patch, jsonv.Options{})
+		o, err := changeState(c)
 		if err != nil {
-			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
-		}
-		o, err := merge.DecodeState(content, c.clock, c.deleted)
-		if err != nil {
-			return &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+			return err
 		}
 		n.Merge(o)
 		return nil
@@ -29,6 +25,19 @@ func applyChange(n *merge.Node, c fileChange, device string) error {
 	}
 	applyWrite(n, c, device, p)
 	return nil
+}
+
+// changeState returns the merge state of c, a state file's record.
+func changeState(c fileChange) (*merge.Node, error) {
+	content, err := jsonv.ParseObject(c.patch, jsonv.Options{})
+	if err != nil {
+		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	o, err := merge.DecodeState(content, c.clock, c.deleted)
+	if err != nil {
+		return nil, &Error{Op: "apply", Table: c.table, Record: c.record, Err: err}
+	}
+	return o, nil
 }
 
 // applyWrite merges write c of a patch file, its patch already parsed

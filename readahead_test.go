@@ -32,6 +32,7 @@ func readAheadChange(i int) fileChange {
 		patch: []byte(fmt.Sprintf(`{"b":%q,"i":%d}`, body, i))}
 	if i%3 == 0 {
 		c.clock = []byte(fmt.Sprint("clock", i))
+		c.oldest = int64(i/2 + 1)
 	}
 	if i%5 == 0 {
 		c.deleted = true
@@ -55,7 +56,8 @@ func TestSpoolReplay(t *testing.T) {
 		t.Helper()
 		want := readAheadChange(i)
 		if c.table != want.table || c.record != want.record || c.version != want.version || c.device != want.device ||
-			c.deleted != want.deleted || !bytes.Equal(c.patch, want.patch) || !bytes.Equal(c.clock, want.clock) || (c.clock == nil) != (want.clock == nil) || c.base != nil {
+			c.deleted != want.deleted || !bytes.Equal(c.patch, want.patch) || !bytes.Equal(c.clock, want.clock) || (c.clock == nil) != (want.clock == nil) || c.base != nil ||
+			c.oldest != want.oldest {
 			t.Fatalf("change %d came back as %+v, want %+v", i, c, want)
 		}
 	}

@@ -345,7 +345,7 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 			return fileChange{}, fmt.Errorf("clock of %s/%s: %w", e.Table, e.Record, err)
 		}
 		return fileChange{table: e.Table, record: e.Record, patch: data, clock: e.Clock, // FreshClock's bytes
-			version: at.Version, device: at.Device}, nil
+			version: at.Version, device: at.Device, oldest: at.Version}, nil
 	}
 	content, err := jsonv.ParseObject(e.State, jsonv.Options{})
 	if err != nil {
@@ -360,5 +360,5 @@ func validateStateEntry(e stateEntry, maxRecord int64, devices map[string]bool) 
 	}
 	data, clock := merge.EncodeState(n)
 	return fileChange{table: e.Table, record: e.Record, patch: []byte(data), clock: []byte(clock),
-		deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device}, nil
+		deleted: !n.Exists(), version: n.Newest().Version, device: n.Newest().Device, oldest: n.Oldest()}, nil
 }

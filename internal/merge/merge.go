@@ -189,6 +189,25 @@ func (n *Node) Newest() Stamp {
 	return n.Stamp
 }
 
+// Oldest returns the lowest version of a stamp the record's state holds
+// (its writes', floors' and delete's), 0 if it holds none.
+func (n *Node) Oldest() int64 {
+	var low int64
+	var walk func(n *Node)
+	walk = func(n *Node) {
+		for _, s := range []Stamp{n.Stamp, n.Floor, n.Gone} {
+			if !s.IsZero() && (low == 0 || s.Version < low) {
+				low = s.Version
+			}
+		}
+		for _, k := range n.Kids {
+			walk(k.Node)
+		}
+	}
+	walk(n)
+	return low
+}
+
 // Value returns the materialized content of an object node.
 func (n *Node) Value() jsonv.Value {
 	members := make([]jsonv.Member, 0, len(n.Kids))
@@ -424,6 +443,58 @@ func DecodeState(content jsonv.Value, clock []byte, deleted bool) (*Node, error)
 		return nil, fmt.Errorf("%w: the record's deleted flag disagrees with its stamps", ErrBadClock)
 	}
 	return root, nil
+}
+
+// ClockStamps calls fn with every stamp clock holds (its writes', their
+// floors' and its delete's; a stamp may come more than once), without
+// the record's content: the writes a record's state records.
+func ClockStamps(clock []byte, fn func(Stamp)) error {
+	cv, err := jsonv.ParseObject(clock, clockOptions)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadClock, err)
+	}
+	dv, ok := cv.Get("d")
+	if !ok {
+		return ErrBadClock
+	}
+	list, err := jsonv.ParseArray(dv.Leaf, clockOptions)
+	if err != nil {
+		return ErrBadClock
+	}
+	devs := make([]string, len(list))
+	for i, d := range list {
+		if devs[i], ok = d.String(); !ok {
+			return ErrBadClock
+		}
+	}
+	var walk func(b []byte) error
+	walk = func(b []byte) error {
+		c, err := parseClockNode(b, devs)
+		if err != nil {
+			return err
+		}
+		fn(c.stamp)
+		if !c.floor.IsZero() {
+			fn(c.floor)
+		}
+		if c.kids != nil {
+			for _, m := range c.kids.Members {
+				if err := walk(m.Value.Leaf); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if xv, ok := cv.Get("x"); ok {
+		if err := walk(xv.Leaf); err != nil {
+			return err
+		}
+	}
+	if nv, ok := cv.Get("n"); ok {
+		return walk(nv.Leaf)
+	}
+	return nil
 }
 
 // buildNode pairs a content value (present says whether there is one)
